@@ -1,0 +1,39 @@
+import glob
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def shared(*parts: str) -> Path:
+    """A path in ../shared/data, or skip the test when that folder is not on this machine."""
+    p = SHARED_DATA.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"shared data not present: {p}")
+    return p
+
+
+def run_prepare(out: Path, inputs: list, sets: list[str] = (), extra: list[str] = ()) -> tuple[int, list[dict], dict]:
+    """Run `tokenmill prepare` in-process on the DirectRunner; returns (exit code, doc rows, report)."""
+    from tokenmill.cli import main
+
+    argv = ["prepare", "--output", str(out)]
+    for i in inputs:
+        argv += ["--input", str(i)]
+    for s in sets:
+        argv += ["--set", s]
+    rc = main(argv + list(extra))
+    files = sorted(glob.glob(str(out / "docs" / "*.parquet")))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    report_path = out / "report" / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    return rc, rows, report
+
+
+def by_id(rows: list[dict]) -> dict[str, dict]:
+    return {r["id"]: r for r in rows}

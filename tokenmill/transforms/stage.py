@@ -1,0 +1,38 @@
+"""The thin Beam layer every stage shares: a DoFn that skips dropped docs and counts.
+
+A stage is a pure function ``doc -> doc`` (it may mark the doc dropped); ``StageFn`` wraps
+it, passes already-dropped documents through untouched, and keeps the Beam counters
+``<stage>.in``, ``<stage>.out`` and ``dropped.<stage>:<reason>`` that every runner reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+NAMESPACE = "tokenmill"
+
+
+def count(name: str, n: int = 1) -> None:
+    Metrics.counter(NAMESPACE, name).inc(n)
+
+
+class StageFn(beam.DoFn):
+    stage = ""
+
+    def apply(self, doc: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def process(self, doc: dict[str, Any]):
+        if doc.get("dropped_by"):
+            yield doc
+            return
+        count(f"{self.stage}.in")
+        doc = self.apply(doc)
+        if doc.get("dropped_by"):
+            count(f"dropped.{doc['dropped_by']}")
+        else:
+            count(f"{self.stage}.out")
+        yield doc
