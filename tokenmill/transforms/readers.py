@@ -332,6 +332,16 @@ def _media_type(content_type: str | None) -> tuple[str, str | None]:
     return parts[0].lower(), charset
 
 
+def _check_complete(record) -> None:
+    """Raise EOFError when a record is shorter than its Content-Length. warcio returns a short
+    payload at a clipped end of file instead of raising, so the check is ours."""
+    stream = record.raw_stream
+    while stream.read(1 << 16):
+        pass
+    if getattr(stream, "limit", 0) > 0:
+        raise EOFError(f"record ends {stream.limit} bytes short of its Content-Length")
+
+
 def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     """WARC/ARC/WET via warcio: response, resource and conversion (WET) records of text media types."""
     from warcio.archiveiterator import ArchiveIterator
@@ -342,9 +352,11 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     n = 0
     with _open_raw(f.path) as fh:
         try:
-            for record in ArchiveIterator(fh, arc2warc=True):
+            archive = ArchiveIterator(fh, arc2warc=True)
+            for record in archive:
                 rtype = record.rec_type
                 if rtype not in ("response", "resource", "conversion"):
+                    _check_complete(record)
                     continue
                 rid = (record.rec_headers.get_header("WARC-Record-ID") or f"{f.rel}#{n}").strip("<>")
                 url = record.rec_headers.get_header("WARC-Target-URI")
@@ -361,8 +373,10 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
                 if rtype == "conversion":
                     mtype = mtype or "text/plain"
                 if mtype not in allowed:
+                    _check_complete(record)
                     continue  # images, PDFs, robots.txt...: not documents
                 payload, size = _read_capped(record.content_stream(), cfg.max_record_bytes)
+                _check_complete(record)
                 if payload is None:
                     yield new_doc(rid, f.path, url=url, dropped_by="read:too_large")
                 elif mtype == "text/plain":
@@ -374,9 +388,12 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
                     yield new_doc(rid, f.path, url=url, text=text)
                 else:
                     yield new_doc(rid, f.path, url=url, html=payload, encoding=charset)
+            if archive.offset < f.size:
+                # A gzip member cut before its first record header: warcio stops as if at the end.
+                raise EOFError(f"{f.size - archive.offset} bytes after the last complete record")
         except (ArchiveLoadFailed, *_STREAM_ERRORS) as e:
             reason = "truncated_file" if isinstance(e, (EOFError, zlib.error)) or "EOF" in str(e) else "corrupt_file"
-            yield _broken(f"{f.rel}#{n}", f, reason, e)
+            yield _broken(f"{f.rel}#{n}", f, reason, e)  # n: the records before the break
 
 
 def _read_whole(unit: Unit, cfg: ReadConfig) -> tuple[bytes | None, dict | None]:

@@ -1,0 +1,201 @@
+"""Readers on real files: formats, splitting, and every kind of broken input."""
+
+import gzip
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from conftest import shared
+from tokenmill.config import ReadConfig
+from tokenmill.errors import UserError
+from tokenmill.transforms.readers import Unit, detect_format, plan_units, read_unit, resolve_inputs
+
+
+def read_all(path, cfg=None):
+    cfg = cfg or ReadConfig()
+    out = []
+    for f in resolve_inputs([str(path)]):
+        for unit in plan_units(f, cfg):
+            out.extend([unit] if isinstance(unit, dict) else read_unit(unit, cfg))
+    return out
+
+
+def test_detect_format():
+    assert detect_format("a/b.warc.gz") == "warc"
+    assert detect_format("CC-MAIN-x.warc.wet.gz") == "warc"
+    assert detect_format("x.arc.gz") == "warc"
+    assert detect_format("x.warc.wat.gz") is None
+    assert detect_format("d.jsonl.zst") == "jsonl"
+    assert detect_format("p.HTM.gz") == "html"
+    assert detect_format("t.parquet") == "parquet"
+    assert detect_format("image.png") is None
+
+
+def test_resolve_folder_glob_file_and_missing(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.txt").write_text("x")
+    (tmp_path / "b.jsonl").write_text("{}\n")
+    assert [f.rel for f in resolve_inputs([str(tmp_path)])] == ["b.jsonl", "sub/a.txt"]
+    assert [f.rel for f in resolve_inputs([str(tmp_path / "sub" / "*.txt")])] == ["a.txt"]
+    assert [f.rel for f in resolve_inputs([str(tmp_path / "b.jsonl")])] == ["b.jsonl"]
+    with pytest.raises(UserError, match="input not found: .*nope"):
+        resolve_inputs([str(tmp_path / "nope")])
+    with pytest.raises(UserError, match="input not found"):
+        resolve_inputs([str(tmp_path / "*.parquet")])
+
+
+def _jsonl(path, n):
+    with open(path, "w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"r{i}", "text": f"record number {i} " + "x" * (i % 37)}) + "\n")
+
+
+def test_jsonl_split_into_ranges_reads_each_record_once(tmp_path):
+    path = tmp_path / "big.jsonl"
+    _jsonl(path, 500)
+    whole = read_all(path)
+    cfg = ReadConfig(split_bytes=97)  # tiny units: boundaries land mid-line everywhere
+    (f,) = resolve_inputs([str(path)])
+    units = list(plan_units(f, cfg))
+    assert len(units) > 100
+    split = [d for u in units for d in read_unit(u, cfg)]
+    assert [d["id"] for d in split] == [d["id"] for d in whole] == [f"r{i}" for i in range(500)]
+
+
+def test_jsonl_fields_configurable_and_html_field(tmp_path):
+    path = tmp_path / "c.jsonl"
+    first = json.dumps({"doc_id": 7, "body": "hello"}) + "\n"
+    path.write_text(first + json.dumps({"html": "<p>hi</p>"}) + "\n")
+    docs = read_all(path, ReadConfig(id_field="doc_id", text_field="body"))
+    assert docs[0]["id"] == "7" and docs[0]["text"] == "hello"
+    # No id field: the id is the file and the line's byte offset, stable however the file is split.
+    assert docs[1]["html"] == "<p>hi</p>" and docs[1]["id"] == f"c.jsonl:{len(first)}"
+
+
+def test_jsonl_bad_lines_counted_and_skipped(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    lines = [b'{"id":"ok1","text":"fine"}\n', b'{"id": "x", "text": "unterminated\n', b"[1,2,3]\n",
+             b'{"id":"u","text":"\xff\xfe"}\n', b"\n", b'{"id":"nt"}\n', b'{"id":"ok2","text":"also fine"}\n']
+    path.write_bytes(b"".join(lines))
+    at = [sum(map(len, lines[:i])) for i in range(len(lines))]
+    docs = read_all(path)
+    assert [(d["id"], d["dropped_by"]) for d in docs] == [
+        ("ok1", None), (f"bad.jsonl:{at[1]}", "read:invalid_json"), (f"bad.jsonl:{at[2]}", "read:not_an_object"),
+        (f"bad.jsonl:{at[3]}", "read:invalid_utf8"), ("nt", "read:no_text_field"), ("ok2", None)]
+
+
+def test_compressed_jsonl_and_truncated_gzip(tmp_path):
+    lines = b"".join(json.dumps({"id": f"g{i}", "text": "t" * 50}).encode() + b"\n" for i in range(200))
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
+    assert len(read_all(tmp_path / "a.jsonl.zst")) == 200
+    gz = gzip.compress(lines)
+    (tmp_path / "t.jsonl.gz").write_bytes(gz[: len(gz) // 2])
+    docs = read_all(tmp_path / "t.jsonl.gz")
+    assert docs[-1]["dropped_by"] == "read:truncated_file"
+    good = [d for d in docs if not d["dropped_by"]]
+    assert len(good) > 0 and [d["id"] for d in good] == [f"g{i}" for i in range(len(good))]
+
+
+def test_oversized_record_skipped_while_streaming(tmp_path):
+    path = tmp_path / "huge.jsonl"
+    big = "w" * (50 * 1024 * 1024)  # a 50 MB single document
+    with open(path, "w") as fh:
+        fh.write(json.dumps({"id": "small", "text": "keep me"}) + "\n")
+        fh.write(json.dumps({"id": "huge", "text": big}) + "\n")
+        fh.write(json.dumps({"id": "after", "text": "me too"}) + "\n")
+    del big
+    docs = read_all(path)
+    assert [(d["id"], d["dropped_by"]) for d in docs] == [
+        ("small", None), ("huge.jsonl:35", "read:too_large"), ("after", None)]
+    (tmp_path / "huge.txt").write_bytes(b"z" * (50 * 1024 * 1024))
+    assert read_all(tmp_path / "huge.txt")[0]["dropped_by"] == "read:too_large"
+
+
+def test_empty_and_unsupported_files(tmp_path):
+    (tmp_path / "e.jsonl").write_bytes(b"")
+    (tmp_path / "e.html").write_bytes(b"  \n")
+    (tmp_path / "pic.png").write_bytes(b"\x89PNG")
+    reasons = {d["id"]: d["dropped_by"] for d in read_all(tmp_path)}
+    assert reasons == {"e.jsonl": "read:empty_file", "e.html": "read:empty_file", "pic.png": "read:unsupported_format"}
+
+
+def test_html_txt_and_gz_html(tmp_path):
+    (tmp_path / "p.html.gz").write_bytes(gzip.compress(b"<p>hello</p>"))
+    (tmp_path / "n.txt").write_bytes("\ufeffplain text".encode())
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9")
+    docs = {d["id"]: d for d in read_all(tmp_path)}
+    assert docs["p.html.gz"]["html"] == b"<p>hello</p>"
+    assert docs["n.txt"]["text"] == "plain text"
+    assert docs["bad.txt"]["dropped_by"] == "read:invalid_utf8"
+
+
+def test_parquet_row_group_units(tmp_path):
+    path = tmp_path / "d.parquet"
+    table = pa.table({"id": [f"p{i}" for i in range(1000)], "text": [f"text {i}" for i in range(1000)]})
+    pq.write_table(table, path, row_group_size=100)
+    cfg = ReadConfig(split_bytes=1)  # one unit per row group
+    (f,) = resolve_inputs([str(path)])
+    units = list(plan_units(f, cfg))
+    assert len(units) == 10 and all(isinstance(u, Unit) for u in units)
+    docs = [d for u in units for d in read_unit(u, cfg)]
+    assert [d["id"] for d in docs] == [f"p{i}" for i in range(1000)]
+    pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "noid.parquet")
+    assert [d["id"] for d in read_all(tmp_path / "noid.parquet")] == ["noid.parquet:0", "noid.parquet:1"]
+
+
+def test_corrupt_parquet(tmp_path):
+    (tmp_path / "x.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    (d,) = read_all(tmp_path / "x.parquet")
+    assert d["dropped_by"] == "read:corrupt_file"
+
+
+def _warc(path, records):
+    with open(path, "wb") as fh:
+        w = WARCWriter(fh, gzip=True)
+        for uri, ctype, status, body in records:
+            http = StatusAndHeaders(status, [("Content-Type", ctype)], protocol="HTTP/1.1")
+            w.write_record(w.create_warc_record(uri, "response", payload=io.BytesIO(body), http_headers=http))
+            w.write_record(w.create_warc_record(uri, "request", payload=io.BytesIO(b"GET / HTTP/1.1\r\n\r\n")))
+
+
+def test_warc_reads_html_and_text_responses_only(tmp_path):
+    path = tmp_path / "c.warc.gz"
+    _warc(path, [
+        ("http://a/", "text/html; charset=windows-1252", "200 OK", b"<p>caf\xe9</p>"),
+        ("http://b/i.png", "image/png", "200 OK", b"\x89PNG...."),
+        ("http://c/t", "text/plain", "200 OK", b"plain words"),
+        ("http://d/", "text/html", "404 Not Found", b"<p>gone</p>"),
+    ])
+    docs = read_all(path)
+    assert [(d["url"], d["dropped_by"]) for d in docs] == [
+        ("http://a/", None), ("http://c/t", None), ("http://d/", "read:http_404")]
+    assert docs[0]["html"] == b"<p>caf\xe9</p>" and docs[0]["encoding"] == "windows-1252"
+    assert docs[0]["id"].startswith("urn:uuid:") and docs[1]["text"] == "plain words"
+
+
+def test_truncated_warc_keeps_records_before_the_break(tmp_path):
+    path = tmp_path / "t.warc.gz"
+    _warc(path, [(f"http://x/{i}", "text/html", "200 OK", b"<p>" + b"words " * 500 + b"</p>") for i in range(20)])
+    data = path.read_bytes()
+    (tmp_path / "cut.warc.gz").write_bytes(data[: int(len(data) * 0.6)])
+    docs = read_all(tmp_path / "cut.warc.gz")
+    assert docs[-1]["dropped_by"] in ("read:truncated_file", "read:corrupt_file")
+    assert 5 <= len([d for d in docs if not d["dropped_by"]]) < 20
+
+
+def test_real_warc_files():
+    cc = shared("warc", "commoncrawl_whirlwind")
+    docs = read_all(cc / "whirlwind.warc.gz")
+    assert any(d["url"] == "https://an.wikipedia.org/wiki/Escopete" and d["html"] for d in docs)
+    wet = read_all(cc / "whirlwind.warc.wet.gz")
+    assert wet and wet[0]["text"] and "Escopete" in wet[0]["text"]
+    clipped = read_all(shared("warc", "resiliparse", "clipped.warc.gz"))
+    assert clipped[-1]["dropped_by"] in ("read:truncated_file", "read:corrupt_file")
+    old = read_all(shared("warc", "ukwa", "IAH-20080430204825-00000-blackbook-truncated.warc.gz"))
+    assert any(not d["dropped_by"] for d in old)

@@ -1,0 +1,848 @@
+"""Exact and near-duplicate removal that runs entirely inside Beam (issue #4).
+
+Stages, each a distributed Beam step (no step gathers all signatures or all edges on one key):
+
+1. Exact: every active document is keyed by ``h`` = xxh3-128 of its lower-cased,
+   whitespace-collapsed text. A combiner (lifted, so it pre-aggregates on every worker) keeps,
+   per ``h``, the best document under the survivor order (its *node key*, below) and a count.
+   Each exact group is one node of the near-duplicate graph.
+2. MinHash (datasketch, xxh32 instead of sha1, ``update_batch``) over word n-grams of the
+   normalised text (lower-cased, ``\\w+`` tokens, digits folded to 0).
+3. LSH: key = (band, hash of the band's rows); a bucket with more than one node emits
+   candidate edges: all pairs when small, a star to its smallest node when big. Candidates are
+   verified by the signatures' Jaccard estimate. The signatures are not carried in the buckets
+   (14 copies per doc): the edges are joined with the signature table by key, twice (once per
+   endpoint), so every edge carries one signature for one hop.
+4. Connected components: alternating large-star / small-star (Kiveris et al., "Connected
+   Components in MapReduce and Beyond", 2014), ``max_rounds`` rounds unrolled in the graph;
+   then a local check labels every node with the smallest node of its neighbourhood and
+   finds the edges whose endpoints still disagree. Those residual edges (none once converged)
+   go through a union-find, whose mapping reaches every node as a side input, so the result is
+   exact whatever ``max_rounds`` is. Counters report the changes per round and the residual.
+5. Survivor: node keys are bytes that sort in survivor order (quality desc, length desc, id
+   asc, then a content hash and ``h`` so the order is total), so the component minimum *is*
+   the survivor and its id can be read from the key: no further join is needed. A last join
+   by ``h`` brings the verdicts back to the documents (the only time full documents move).
+
+Documents that arrive dropped pass straight through. Members of a cluster (two or more
+documents, exact or near) get ``dup_cluster`` = the survivor's id; every member but the
+survivor gets ``dropped_by`` = ``dedup:exact_duplicate`` (same normalised text as a kept or
+near-dropped document) or ``dedup:near_duplicate``. A document in no cluster keeps
+``dup_cluster`` = None.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import xxhash
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import AsSingleton, TaggedOutput
+
+from tokenmill.config import DedupConfig
+from tokenmill.transforms.doc import drop, is_dropped
+
+STAGE = "dedup"
+EXACT_REASON = "exact_duplicate"
+NEAR_REASON = "near_duplicate"
+_NS = "dedup"
+
+# A node's neighbours are de-duplicated in a set only up to this many; past it they are
+# streamed (duplicate edges are harmless, only slower), so a hub of millions never sits in memory.
+_DEDUPE_CAP = 200_000
+
+# --------------------------------------------------------------------------- pure cores
+
+_WS = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+_DIGIT = re.compile(r"\d")
+
+
+def normalise_exact(text: str | None) -> str:
+    """Text for the exact hash: lower-cased, whitespace runs collapsed to one space, stripped."""
+    return _WS.sub(" ", (text or "").lower()).strip()
+
+
+def _utf8(s: str) -> bytes:
+    # surrogatepass: a lone surrogate (from a lossy decode upstream) must not crash the stage.
+    return s.encode("utf-8", "surrogatepass")
+
+
+def exact_hash(text: str | None) -> bytes:
+    """16-byte xxh3-128 of ``normalise_exact(text)`` (128 bits: no accidental merges at 1e10 docs)."""
+    return xxhash.xxh3_128_digest(_utf8(normalise_exact(text)))
+
+
+def tokens(text: str | None) -> list[str]:
+    """Near-dup tokens: lower-cased ``\\w+`` runs (punctuation dropped), every digit folded to 0."""
+    return _WORD.findall(_DIGIT.sub("0", (text or "").lower()))
+
+
+def shingles(toks: list[str], n: int) -> list[str]:
+    """Space-joined word n-grams; fewer than ``n`` tokens make one shingle; none make none."""
+    if not toks:
+        return []
+    if len(toks) < n:
+        return [" ".join(toks)]
+    return [" ".join(toks[i : i + n]) for i in range(len(toks) - n + 1)]
+
+
+class MinHasher:
+    """MinHash signatures as bytes (``num_perm`` little uint32), datasketch's affine32 scheme.
+
+    Built once per DoFn instance (``setup``): the permutations are drawn once, each document
+    copies the empty prototype. xxh32 replaces datasketch's default sha1 (several times faster).
+    """
+
+    def __init__(self, num_perm: int, seed: int = 1):
+        from datasketch import MinHash
+
+        self.num_perm = num_perm
+        self._proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
+
+    def signature(self, shingle_list: list[str]) -> bytes | None:
+        """None for no shingles: an empty text has no near-duplicates (only exact ones)."""
+        if not shingle_list:
+            return None
+        m = self._proto.copy()
+        m.update_batch([_utf8(s) for s in shingle_list])
+        return np.asarray(m.hashvalues, dtype="<u4").tobytes()
+
+
+def band_keys(sig: bytes, bands: int, rows: int) -> list[bytes]:
+    """One bucket key per band: 2-byte band index + xxh3-64 of the band's ``rows`` values."""
+    w = rows * 4
+    return [struct.pack(">H", b) + xxhash.xxh3_64_digest(sig[b * w : (b + 1) * w]) for b in range(bands)]
+
+
+def jaccard_estimate(sig_a: bytes, sig_b: bytes) -> float:
+    """Fraction of equal MinHash values: an unbiased estimate of the shingle-set Jaccard."""
+    a = np.frombuffer(sig_a, dtype="<u4")
+    b = np.frombuffer(sig_b, dtype="<u4")
+    return float(np.count_nonzero(a == b)) / len(a)
+
+
+def exact_jaccard(a: Iterable[str], b: Iterable[str]) -> float:
+    sa, sb = set(a), set(b)
+    if not sa and not sb:
+        return 1.0
+    return len(sa & sb) / len(sa | sb)
+
+
+# Survivor order as bytes. Prefix length per mode, so the id can be read back from a key.
+_PREFIX_LEN = {"quality": 17, "longest": 8, "first_id": 0}
+_TAIL = 8 + 16  # content tie-break hash + h
+
+
+def _f64_asc(x: float) -> bytes:
+    """8 bytes whose byte order is the numeric order of ``x`` (IEEE sign/bits trick)."""
+    (u,) = struct.unpack(">Q", struct.pack(">d", x + 0.0))  # + 0.0: -0.0 sorts as 0.0
+    u = u ^ 0xFFFFFFFFFFFFFFFF if u >> 63 else u | (1 << 63)
+    return struct.pack(">Q", u)
+
+
+def _quality(doc: dict[str, Any], field: str) -> float | None:
+    q = doc.get(field)
+    if isinstance(q, bool) or not isinstance(q, (int, float)):
+        return None
+    q = float(q)
+    return q if math.isfinite(q) else None
+
+
+def _doc_id(doc: dict[str, Any]) -> str:
+    i = doc.get("id")
+    return "" if i is None else str(i)
+
+
+def node_key(doc: dict[str, Any], h: bytes, mode: str = "quality", quality_field: str = "quality_score") -> bytes:
+    """Bytes that sort in survivor order: the smallest key of a cluster is its survivor.
+
+    quality: docs with a score first, higher first; then longer text; then smaller id.
+    longest: longer text, then smaller id. first_id: smaller id. Then a hash of
+    (text, url, source) and ``h``, so two different documents never tie.
+    The id is escaped (NUL -> NUL 0xFF) and NUL NUL-terminated: byte order = string order.
+    """
+    text = doc.get("text") or ""
+    length = struct.pack(">Q", (1 << 63) - 1 - min(len(text), (1 << 63) - 1))
+    if mode == "quality":
+        q = _quality(doc, quality_field)
+        prefix = (b"\x00" + _f64_asc(-q) if q is not None else b"\x01" + b"\x00" * 8) + length
+    elif mode == "longest":
+        prefix = length
+    elif mode == "first_id":
+        prefix = b""
+    else:
+        raise ValueError(f"unknown survivor mode {mode!r}")
+    ident = _utf8(_doc_id(doc)).replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+    tie = xxhash.xxh3_64_digest(
+        b"\x1f".join(_utf8(str(doc.get(k) or "")) for k in ("text", "url", "source"))
+    )
+    return prefix + ident + tie + h
+
+
+def node_id(key: bytes, mode: str = "quality") -> str:
+    """The document id inside a node key."""
+    raw = key[_PREFIX_LEN[mode] : -_TAIL - 2]
+    return raw.replace(b"\x00\xff", b"\x00").decode("utf-8", "surrogatepass")
+
+
+def node_hash(key: bytes) -> bytes:
+    """The exact-group hash ``h`` a node key ends with."""
+    return key[-16:]
+
+
+def choose_survivor(
+    docs: Iterable[dict[str, Any]], mode: str = "quality", quality_field: str = "quality_score"
+) -> dict[str, Any]:
+    """The survivor of a cluster under the same order the pipeline uses."""
+    return min(docs, key=lambda d: node_key(d, exact_hash(d.get("text")), mode, quality_field))
+
+
+def union_find_components(edges: Iterable[tuple[Any, Any]]) -> dict[Any, Any]:
+    """Reference: node -> smallest node of its component (for every node on an edge)."""
+    parent: dict[Any, Any] = {}
+
+    def find(x):
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    for a, b in edges:
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            # The smaller root wins, so every root is its component's minimum.
+            if rb < ra:
+                ra, rb = rb, ra
+            parent[rb] = ra
+    return {x: find(x) for x in parent}
+
+
+def size_bucket(n: int) -> str:
+    """Histogram bucket of a cluster size: 2, 3-4, 5-8, 9-16, ..."""
+    if n <= 2:
+        return str(n)
+    lo = 1 << ((n - 1).bit_length() - 1)
+    return f"{lo + 1}-{lo * 2}"
+
+
+# --------------------------------------------------------------------------- Beam helpers
+
+
+def _tag(kv, tag):
+    return kv[0], (tag, kv[1])
+
+
+def _tagged_group(label: str, *tagged: tuple[int, beam.PCollection]) -> beam.PCollection:
+    """(k, iterable of (tag, value)) over several keyed PCollections.
+
+    Like CoGroupByKey, but the values stay one (re-iterable) iterable instead of being copied
+    into per-tag lists, so a DoFn can find the few small-side values in a first pass and then
+    stream the big side: a huge group never has to fit in a worker's memory.
+    """
+    parts = [pc | f"{label}Tag{t}" >> beam.Map(_tag, t) for t, pc in tagged]
+    return parts | f"{label}Flatten" >> beam.Flatten() | f"{label}Group" >> beam.GroupByKey()
+
+
+def _first_of_tag(values: Iterable[tuple[int, Any]], tag: int) -> Any:
+    for t, v in values:
+        if t == tag:
+            return v
+    return None
+
+
+def _both_directions(edge):
+    u, v = edge
+    return [(u, v), (v, u)]
+
+
+def _by_larger(edge):
+    u, v = edge
+    return (u, v) if u > v else (v, u)
+
+
+def _not_self_loop(edge) -> bool:
+    return edge[0] != edge[1]
+
+
+def _iter_distinct(values: Iterable[Any]) -> Iterator[Any]:
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            continue
+        if len(seen) < _DEDUPE_CAP:
+            seen.add(v)
+        yield v
+
+
+# --------------------------------------------------------------------------- components
+
+
+class _LargeStar(beam.DoFn):
+    """Per node u: connect every larger neighbour to m(u) = min(u and its neighbours)."""
+
+    def __init__(self, rnd: int):
+        self._rnd = rnd
+
+    def setup(self):
+        self._changed = Metrics.counter(_NS, f"cc_round{self._rnd}_large_star_changed")
+
+    def process(self, kv):
+        u, nbrs = kv
+        m = u
+        for v in nbrs:  # first pass: the minimum (the iterable is re-iterable)
+            if v < m:
+                m = v
+        changed = 0
+        for v in _iter_distinct(nbrs):
+            if v > u:
+                yield (v, m)
+                changed += m != u
+        if changed:
+            self._changed.inc(changed)
+
+
+class _SmallStar(beam.DoFn):
+    """Per node u with its smaller neighbours N: connect N and u to m = min(N)."""
+
+    def __init__(self, rnd: int):
+        self._rnd = rnd
+
+    def setup(self):
+        self._changed = Metrics.counter(_NS, f"cc_round{self._rnd}_small_star_changed")
+
+    def process(self, kv):
+        u, smaller = kv
+        m = min(smaller)
+        changed = 0
+        for v in _iter_distinct(smaller):
+            if v != m:
+                yield (v, m)
+                changed += 1
+        yield (u, m)
+        if changed:
+            self._changed.inc(changed)
+
+
+class _LocalLabel(beam.DoFn):
+    """p(u) = min(u and its neighbours); sent to u itself (tag 0) and its larger neighbours (1)."""
+
+    def process(self, kv):
+        u, nbrs = kv
+        p = u
+        for v in nbrs:
+            if v < p:
+                p = v
+        yield (u, (0, p))
+        for v in _iter_distinct(nbrs):
+            if v > u:
+                yield (v, (1, p))
+
+
+class _CheckLabels(beam.DoFn):
+    """Keeps p(v); an edge whose endpoints disagree on p is a residual edge between labels.
+
+    Once large-star/small-star has converged the graph is a forest of stars around each
+    component minimum, so p is the component minimum everywhere and there is no residual.
+    """
+
+    RESIDUAL = "residual"
+
+    def setup(self):
+        self._residual = Metrics.counter(_NS, "cc_residual_edges")
+
+    def process(self, kv):
+        v, items = kv
+        p = _first_of_tag(items, 0)
+        yield (v, p)
+        for t, q in items:
+            if t == 1 and q != p:
+                self._residual.inc()
+                yield TaggedOutput(self.RESIDUAL, (p, q))
+
+
+class _UnionFindFn(beam.CombineFn):
+    """Union-find over the residual label edges: label -> smallest label of its set.
+
+    This is the only single-worker step, and it sees only the residual, which is empty once
+    the rounds converged and small when they nearly did (combiner lifting also reduces each
+    worker's share to a forest before it is shipped).
+    """
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, edge):
+        _uf_union(acc, *edge)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs, None) or {}
+        for acc in accs:
+            for x, px in acc.items():
+                _uf_union(out, x, px)
+        return out
+
+    def extract_output(self, acc):
+        return {x: r for x in list(acc) if (r := _uf_find(acc, x)) != x}
+
+
+def _uf_find(parent: dict, x):
+    root = parent.setdefault(x, x)
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:
+        parent[x], x = root, parent[x]
+    return root
+
+
+def _uf_union(parent: dict, a, b) -> None:
+    ra, rb = _uf_find(parent, a), _uf_find(parent, b)
+    if ra != rb:
+        if rb < ra:
+            ra, rb = rb, ra
+        parent[rb] = ra  # the smaller root wins: a root is the minimum of its set
+
+
+def _final_label(kv, fallback: dict):
+    v, p = kv
+    return v, fallback.get(p, p)
+
+
+class ConnectedComponents(beam.PTransform):
+    """Edges (u, v) of comparable node ids -> (node, smallest node of its component).
+
+    Only nodes on an edge come out, each exactly once. Self-loops and duplicate edges are fine.
+
+    Rounds: each is a large-star and a small-star step, each one GroupByKey by node (large-star
+    and small-star never increase the edge count and keep connectivity; together they converge
+    to one star per component around its minimum in O(log^2 n) rounds, a handful in practice).
+    The number of rounds is fixed when the graph is built, so convergence cannot stop the
+    loop; instead counters ``cc_round{i}_{large,small}_star_changed`` show when it converged,
+    and whatever has not converged after ``max_rounds`` is finished exactly: every node takes
+    p = min of its closed neighbourhood, the edges whose endpoints disagree on p (counter
+    ``cc_residual_edges``) are merged by a union-find over labels, and its mapping (empty when
+    converged) is applied to every node through a side input. Any p is a node of the same
+    component and p agrees along every non-residual edge, so the labels are the component
+    minima whatever the number of rounds.
+    """
+
+    def __init__(self, max_rounds: int = 6, label: str | None = None):
+        super().__init__(label)
+        self._max_rounds = max_rounds
+
+    def expand(self, edges):
+        e = edges | "DropSelfLoops" >> beam.Filter(_not_self_loop)
+        for i in range(self._max_rounds):
+            e = (
+                e
+                | f"Round{i}LargeStarBoth" >> beam.FlatMap(_both_directions)
+                | f"Round{i}LargeStarGroup" >> beam.GroupByKey()
+                | f"Round{i}LargeStar" >> beam.ParDo(_LargeStar(i))
+                | f"Round{i}SmallStarKey" >> beam.Map(_by_larger)
+                | f"Round{i}SmallStarGroup" >> beam.GroupByKey()
+                | f"Round{i}SmallStar" >> beam.ParDo(_SmallStar(i))
+            )
+        checked = (
+            e
+            | "LabelBoth" >> beam.FlatMap(_both_directions)
+            | "LabelGroup" >> beam.GroupByKey()
+            | "LocalLabel" >> beam.ParDo(_LocalLabel())
+            | "CheckGroup" >> beam.GroupByKey()
+            | "CheckLabels" >> beam.ParDo(_CheckLabels())
+            .with_output_types(tuple[Any, Any])
+            .with_outputs(_CheckLabels.RESIDUAL, main="labels")
+        )
+        fallback = checked[_CheckLabels.RESIDUAL] | "ResidualUnionFind" >> beam.CombineGlobally(_UnionFindFn())
+        return checked.labels | "ApplyResidual" >> beam.Map(_final_label, AsSingleton(fallback))
+
+
+# --------------------------------------------------------------------------- dedup DoFns
+
+
+def _route_dropped(doc, n):
+    # Partition 0: active, 1: already dropped by an earlier stage (passes through untouched).
+    return 1 if is_dropped(doc) else 0
+
+
+class _Prepare(beam.DoFn):
+    """Active doc -> (h, (0, doc)) for the final join, and (h, (node_key, signature)) to 'node'."""
+
+    NODE = "node"
+
+    def __init__(self, cfg: DedupConfig):
+        self._near = cfg.near
+        self._n = cfg.ngram
+        self._num_perm = cfg.bands * cfg.rows
+        self._seed = cfg.seed
+        self._mode = cfg.survivor
+        self._qfield = cfg.quality_field
+
+    def setup(self):
+        self._hasher = MinHasher(self._num_perm, self._seed) if self._near else None
+
+    def process(self, doc):
+        text = doc.get("text") or ""
+        h = exact_hash(text)
+        key = node_key(doc, h, self._mode, self._qfield)
+        # Signatures are computed before the exact step, also for exact copies: it costs CPU
+        # but spares a second shuffle of the full documents (text is needed for the signature).
+        sig = self._hasher.signature(shingles(tokens(text), self._n)) if self._hasher else None
+        yield (h, (0, doc))
+        yield TaggedOutput(self.NODE, (h, (key, sig)))
+
+
+class _ExactRepFn(beam.CombineFn):
+    """Per h: (smallest node key, its signature, member count)."""
+
+    def create_accumulator(self):
+        return (None, None, 0)
+
+    def add_input(self, acc, item):
+        key, sig = item
+        best, bsig, n = acc
+        if best is None or key < best:
+            return (key, sig, n + 1)
+        return (best, bsig, n + 1)
+
+    def merge_accumulators(self, accs):
+        best, bsig, n = None, None, 0
+        for k, s, c in accs:
+            n += c
+            if k is not None and (best is None or k < best):
+                best, bsig = k, s
+        return (best, bsig, n)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _exact_for_join(kv):
+    h, (rep, _sig, n) = kv
+    return h, (1, (rep, n))
+
+
+def _node_signature(kv):
+    _h, (rep, sig, _n) = kv
+    if sig is not None:
+        yield (rep, sig)
+
+
+class _BandItems(beam.DoFn):
+    def __init__(self, bands: int, rows: int):
+        self._bands = bands
+        self._rows = rows
+
+    def process(self, kv):
+        key, sig = kv
+        for b in band_keys(sig, self._bands, self._rows):
+            yield (b, key)
+
+
+class _BucketEdges(beam.DoFn):
+    """A bucket with > 1 node: all pairs (a < b) if small, else a star to its smallest node."""
+
+    def __init__(self, all_pairs_max: int):
+        self._max = all_pairs_max
+
+    def setup(self):
+        self._big = Metrics.counter(_NS, "lsh_big_buckets")
+        self._candidates = Metrics.counter(_NS, "lsh_candidate_edges")
+
+    def process(self, kv):
+        _, members = kv
+        small: list[bytes] = []
+        overflow = False
+        for m in members:
+            small.append(m)
+            if len(small) > self._max:
+                overflow = True
+                break
+        if len(small) < 2:
+            return
+        if not overflow:
+            small.sort()
+            for i, a in enumerate(small):
+                for b in small[i + 1 :]:
+                    yield (a, b)
+            self._candidates.inc(len(small) * (len(small) - 1) // 2)
+            return
+        # Big bucket: linear, two passes over the (re-iterable) members; a node is in a
+        # bucket once (one key per band), so no set is needed.
+        self._big.inc()
+        hub = min(members)
+        n = 0
+        for m in members:
+            if m != hub:
+                yield (hub, m)
+                n += 1
+        self._candidates.inc(n)
+
+
+class _SendSignature(beam.DoFn):
+    """Join 1, keyed by an edge's first node a: emits (b, (a, sig_a)) for each edge (a, b)."""
+
+    def process(self, kv):
+        a, items = kv
+        sig = _first_of_tag(items, 0)
+        if sig is None:
+            return
+        for t, b in items:
+            if t == 1:
+                yield (b, (a, sig))
+
+
+class _VerifyEdges(beam.DoFn):
+    """Join 2, keyed by b: keeps (a, b) when the Jaccard estimate reaches the threshold."""
+
+    def __init__(self, threshold: float):
+        self._threshold = threshold
+
+    def setup(self):
+        self._kept = Metrics.counter(_NS, "verify_kept_edges")
+        self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
+
+    def process(self, kv):
+        b, items = kv
+        sig_b = _first_of_tag(items, 0)
+        if sig_b is None:
+            return
+        for t, v in items:
+            if t == 1:
+                a, sig_a = v
+                if jaccard_estimate(sig_a, sig_b) >= self._threshold:
+                    self._kept.inc()
+                    yield (a, b)
+                else:
+                    self._rejected.inc()
+
+
+def _label_for_join(kv):
+    node, label = kv
+    return node_hash(node), (2, label)
+
+
+class _Assign(beam.DoFn):
+    """Per exact group h: the documents (tag 0), (rep key, count) (tag 1), CC label (tag 2)."""
+
+    def __init__(self, cfg: DedupConfig):
+        self._mode = cfg.survivor
+        self._qfield = cfg.quality_field
+
+    def setup(self):
+        self._exact = Metrics.counter(_NS, "exact_duplicates")
+        self._near = Metrics.counter(_NS, "near_duplicates")
+        self._kept = Metrics.counter(_NS, "cluster_survivors")
+
+    def process(self, kv):
+        h, items = kv
+        rep = count = label = None
+        for t, v in items:  # first pass: the two small values (documents are skipped)
+            if t == 1:
+                rep, count = v
+            elif t == 2:
+                label = v
+        in_cluster = label is not None or (count or 0) > 1
+        if not in_cluster:
+            for t, doc in items:
+                if t == 0:
+                    yield doc
+            return
+        cluster_id = node_id(label if label is not None else rep, self._mode)
+        rep_seen = False
+        for t, doc in items:
+            if t != 0:
+                continue
+            doc = dict(doc)  # never mutate an input element
+            doc["dup_cluster"] = cluster_id
+            if not rep_seen and node_key(doc, h, self._mode, self._qfield) == rep:
+                rep_seen = True
+                if label is not None and label != rep:
+                    drop(doc, STAGE, NEAR_REASON)
+                    self._near.inc()
+                else:
+                    self._kept.inc()
+            else:
+                drop(doc, STAGE, EXACT_REASON)
+                self._exact.inc()
+            yield doc
+
+
+class Dedup(beam.PTransform):
+    """PCollection[doc dict] -> PCollection[doc dict]: every input doc comes out exactly once."""
+
+    def __init__(self, cfg: DedupConfig | None = None, label: str | None = None):
+        super().__init__(label)
+        self._cfg = cfg or DedupConfig()
+
+    def expand(self, docs):
+        cfg = self._cfg
+        if not cfg.enabled:
+            return docs
+        active, dropped = docs | "SplitDropped" >> beam.Partition(_route_dropped, 2)
+        prepared = active | "Prepare" >> (
+            beam.ParDo(_Prepare(cfg))
+            # Without this, Beam infers the main output as "tuple or TaggedOutput" and the
+            # GroupByKey downstream refuses it.
+            .with_output_types(tuple[bytes, tuple[int, Any]])
+            .with_outputs(_Prepare.NODE, main="docs")
+        )
+        exact = prepared[_Prepare.NODE] | "ExactRep" >> beam.CombinePerKey(_ExactRepFn())
+        verdicts = [(1, exact | "ExactForJoin" >> beam.Map(_exact_for_join))]
+        if cfg.near:
+            sigs = exact | "NodeSignatures" >> beam.FlatMap(_node_signature)
+            edges = (
+                sigs
+                | "BandKeys" >> beam.ParDo(_BandItems(cfg.bands, cfg.rows))
+                | "Buckets" >> beam.GroupByKey()
+                | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg.bucket_all_pairs_max))
+                | "DistinctEdges" >> beam.Distinct()
+            )
+            if cfg.verify:
+                edges = (
+                    _tagged_group("SigA", (0, sigs), (1, edges))
+                    | "SendSignature" >> beam.ParDo(_SendSignature())
+                )
+                edges = (
+                    _tagged_group("SigB", (0, sigs), (1, edges))
+                    | "Verify" >> beam.ParDo(_VerifyEdges(cfg.verify_threshold))
+                )
+            labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
+            verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))
+        docs_by_h = prepared.docs  # already (h, (0, doc))
+        grouped = (
+            [docs_by_h] + [pc for _, pc in verdicts]
+            | "JoinFlatten" >> beam.Flatten()
+            | "JoinGroup" >> beam.GroupByKey()
+        )
+        out = grouped | "Assign" >> beam.ParDo(_Assign(cfg))
+        return (out, dropped) | "WithDropped" >> beam.Flatten()
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _member_of_cluster(doc) -> bool:
+    # Only dedup's own clusters: a doc dropped by an earlier stage never took part.
+    reason = doc.get("dropped_by")
+    return doc.get("dup_cluster") is not None and (not reason or reason.startswith(STAGE + ":"))
+
+
+def _cluster_member(doc):
+    return doc["dup_cluster"], (_doc_id(doc), doc.get("dropped_by"))
+
+
+class _ClusterFn(beam.CombineFn):
+    """Per cluster: (size, exact-dropped, near-dropped, the smallest few member ids)."""
+
+    def __init__(self, sample_ids: int):
+        self._k = sample_ids
+
+    def create_accumulator(self):
+        return (0, 0, 0, [])
+
+    def add_input(self, acc, item):
+        ident, reason = item
+        n, ex, nr, ids = acc
+        ids = sorted(ids + [ident])[: self._k]
+        return (n + 1, ex + (reason == f"{STAGE}:{EXACT_REASON}"), nr + (reason == f"{STAGE}:{NEAR_REASON}"), ids)
+
+    def merge_accumulators(self, accs):
+        n = ex = nr = 0
+        ids: list[str] = []
+        for a, b, c, d in accs:
+            n, ex, nr = n + a, ex + b, nr + c
+            ids = sorted(ids + d)[: self._k]
+        return (n, ex, nr, ids)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _cluster_summary(kv):
+    cid, (n, ex, nr, ids) = kv
+    return (cid, n, ex, nr, ids)
+
+
+class _StatsFn(beam.CombineFn):
+    """All clusters -> one dict; keeps only counters, a histogram and the top-k clusters."""
+
+    def __init__(self, top_k: int):
+        self._k = top_k
+
+    def create_accumulator(self):
+        return {"clusters": 0, "members": 0, "exact": 0, "near": 0, "hist": {}, "top": []}
+
+    def _trim(self, top):
+        top.sort(key=lambda c: (-c[1], c[0]))
+        del top[self._k :]
+
+    def add_input(self, acc, c):
+        cid, n, ex, nr, _ids = c
+        acc["clusters"] += 1
+        acc["members"] += n
+        acc["exact"] += ex
+        acc["near"] += nr
+        b = size_bucket(n)
+        acc["hist"][b] = acc["hist"].get(b, 0) + 1
+        if self._k:
+            acc["top"].append(c)
+            if len(acc["top"]) > 2 * self._k:
+                self._trim(acc["top"])
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = self.create_accumulator()
+        for a in accs:
+            for k in ("clusters", "members", "exact", "near"):
+                out[k] += a[k]
+            for b, v in a["hist"].items():
+                out["hist"][b] = out["hist"].get(b, 0) + v
+            out["top"].extend(a["top"])
+            self._trim(out["top"])
+        return out
+
+    def extract_output(self, acc):
+        top = list(acc["top"])
+        self._trim(top)
+        hist = dict(sorted(acc["hist"].items(), key=lambda kv: int(kv[0].split("-")[0])))
+        return {
+            "clusters": acc["clusters"],
+            "members": acc["members"],
+            "removed_exact": acc["exact"],
+            "removed_near": acc["near"],
+            "size_histogram": hist,
+            "largest": [
+                {"cluster": cid, "size": n, "exact": ex, "near": nr, "member_ids": ids}
+                for cid, n, ex, nr, ids in top
+            ],
+        }
+
+
+def cluster_stats(docs, top_k: int = 20, member_ids: int = 5, label: str = "DedupClusterStats"):
+    """PCollection[doc] (Dedup's output) -> a one-element PCollection with the cluster statistics.
+
+    ``clusters`` (count of clusters of 2+ docs), ``members`` (docs in them), ``removed_exact`` /
+    ``removed_near``, ``size_histogram`` ({"2": n, "3-4": n, "5-8": n, ...}) and ``largest``:
+    the ``top_k`` biggest clusters with their ``member_ids`` smallest member ids. Per-cluster
+    counts are a lifted combine; the global combine keeps only O(top_k) clusters.
+    """
+    return (
+        docs
+        | f"{label}Members" >> beam.Filter(_member_of_cluster)
+        | f"{label}Key" >> beam.Map(_cluster_member)
+        | f"{label}PerCluster" >> beam.CombinePerKey(_ClusterFn(member_ids))
+        | f"{label}Summary" >> beam.Map(_cluster_summary)
+        | f"{label}Global" >> beam.CombineGlobally(_StatsFn(top_k))
+    )
