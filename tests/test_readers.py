@@ -122,7 +122,9 @@ def test_empty_and_unsupported_files(tmp_path):
     (tmp_path / "e.html").write_bytes(b"  \n")
     (tmp_path / "pic.png").write_bytes(b"\x89PNG")
     reasons = {d["id"]: d["dropped_by"] for d in read_all(tmp_path)}
-    assert reasons == {"e.jsonl": "read:empty_file", "e.html": "read:empty_file", "pic.png": "read:unsupported_format"}
+    assert reasons == {"e.jsonl": "read:empty_file", "e.html": "read:empty_file"}  # the .png is skipped
+    with pytest.raises(UserError, match="no reader for this file type"):
+        resolve_inputs([str(tmp_path / "pic.png")])
 
 
 def test_html_txt_and_gz_html(tmp_path):

@@ -16,6 +16,12 @@ def sample_dir() -> str:
     return str(resources.files("tokenmill") / "sample")
 
 
+def sample_inputs() -> list[str]:
+    """The bundled corpus (its README is documentation, not input)."""
+    d = sample_dir()
+    return [f"{d}/pages", f"{d}/crawl.warc.gz", f"{d}/docs.jsonl", f"{d}/notes.txt"]
+
+
 def _quiet_logging() -> None:
     # Beam logs import-time noise (e.g. "apitools not found") on the root logger; the user
     # wants tokenmill's own warnings (bad records, broken files) and real errors.
@@ -32,7 +38,7 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.input:
         cfg.inputs = args.input
     if not cfg.inputs:
-        cfg.inputs = [sample_dir()]
+        cfg.inputs = sample_inputs()
     if args.output:
         cfg.output = args.output
     console = Console(stderr=True)
@@ -40,7 +46,10 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
 
     with console.status(f"tokenmill prepare: {len(cfg.inputs)} input(s) -> {cfg.output}"):
         report_path = prepare.run(cfg, beam_args)
-    _print_report(report_path, Console())
+    if cfg.report.enabled:
+        _print_report(report_path, Console())
+    else:
+        Console().print(f"cleaned docs: {cfg.output}/docs/ (report disabled)")
     return 0
 
 

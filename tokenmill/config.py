@@ -130,7 +130,7 @@ class DedupConfig(Section):
     # Keep a candidate pair only if its signature Jaccard estimate reaches verify_threshold:
     # cuts the chance band collisions that chain unrelated documents into one cluster.
     verify: bool = True
-    verify_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    verify_threshold: float = Field(default=0.75, ge=0.0, le=1.0)
     # An LSH bucket with up to this many members emits all its pairs; a bigger one a star to
     # its smallest member (linear, not quadratic, in the bucket size).
     bucket_all_pairs_max: int = Field(default=16, ge=2, le=10_000)
@@ -152,12 +152,24 @@ class DedupConfig(Section):
         return self
 
 
-class TokenizeConfig(_NotYet):
-    _issue = "issue #5"
+class TokenizeConfig(Section):
+    # A Hugging Face tokenizer.json (local or gs://...). None: train one on a sample of survivors.
+    tokenizer: str | None = None
+    # The EOS token appended to every document; None: the first of <|endoftext|>, </s>, ... found.
+    eos_token: str | None = None
+    # Training when no tokenizer is given.
+    kind: Literal["bpe", "wordpiece", "unigram"] = "bpe"
+    vocab_size: int = Field(default=32_000, gt=256, lt=2**32)
+    min_frequency: int = Field(default=2, ge=1)
+    train_docs: int = Field(default=20_000, gt=0)  # the sample: this many docs, chosen by a hash of their id
+    train_max_chars: int = Field(default=20_000, gt=0)  # of each sampled doc
+    batch_size: int = Field(default=512, gt=0)  # documents per encode_batch call
 
 
-class ShardsConfig(_NotYet):
-    _issue = "issue #5"
+class ShardsConfig(Section):
+    val_fraction: float = Field(default=0.01, ge=0.0, lt=1.0)  # share of docs (by a hash of the id) in val
+    target_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # token bytes per shard file
+    batch_tokens: int = Field(default=1 << 20, gt=0)  # tokens per Arrow record batch
 
 
 class ReportConfig(Section):

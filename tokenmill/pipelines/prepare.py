@@ -11,6 +11,7 @@ import os
 import shutil
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -18,6 +19,7 @@ from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms import doc as docmod
+from tokenmill.transforms import shards, tokenize
 from tokenmill.transforms.extract import ExtractFn
 from tokenmill.transforms.langid import LanguageFn, resolve_model_path
 from tokenmill.transforms.normalize import NormalizeFn
@@ -56,6 +58,10 @@ def check_job(cfg: JobConfig) -> list[InputFile]:
         raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
     if cfg.language.enabled:
         resolve_model_path(cfg.language)
+    if cfg.tokenize.enabled and cfg.tokenize.tokenizer:
+        tokenize.tokenizer_info(tokenize.read_tokenizer_json(cfg.tokenize.tokenizer), cfg.tokenize.eos_token)
+    if cfg.shards.enabled and not cfg.tokenize.enabled:
+        raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
     return files
 
 
@@ -79,7 +85,13 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
         docs = docs | "Language" >> beam.ParDo(LanguageFn(cfg.language))
         stages.append("language")
 
-    schema = docmod.docs_schema()
+    extra_fields = []
+    if cfg.tokenize.enabled:
+        docs = tokenize_and_shard(p, docs, cfg)
+        stages.append("tokenize")
+        extra_fields.append(pa.field("n_tokens", pa.int32()))
+
+    schema = docmod.docs_schema(extra_fields)
     _ = (
         docs
         | "DocRows" >> beam.Map(docmod.to_row, schema)
@@ -96,10 +108,43 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
         )
 
 
+def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
+    """Tokenize survivors (with the user's tokenizer or one trained on a sample of them), write
+    OUT/tokenizer.json, the shards and the manifest. Returns all docs, survivors with tokens."""
+    t, out = cfg.tokenize, cfg.output
+    kept = lambda d: not d.get("dropped_by")  # noqa: E731
+    if t.tokenizer:
+        tok_json = p | "TokenizerFile" >> beam.Create([tokenize.read_tokenizer_json(t.tokenizer)])
+    else:
+        tok_json = (docs | "Survivors" >> beam.Filter(kept)
+                    | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_max_chars, t.vocab_size,
+                                                                 t.kind, t.min_frequency))
+    tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenize.tokenizer_info, t.eos_token)
+    dtype = tok_info | "Dtype" >> beam.Map(lambda info: tokenize.token_dtype(info["vocab_size"]).name)
+    _ = tok_json | "WriteTokenizer" >> beam.Map(
+        lambda js: shards.write_atomically(FileSystems.join(out, "tokenizer.json"), js.encode("utf-8")))
+    docs = (docs
+            | "Batch" >> beam.BatchElements(min_batch_size=min(16, t.batch_size), max_batch_size=t.batch_size)
+            | "Tokenize" >> beam.ParDo(tokenize.TokenizeBatchFn(t.eos_token),
+                                       tok_json=beam.pvalue.AsSingleton(tok_json)))
+    if cfg.shards.enabled:
+        s = cfg.shards
+        config = cfg.model_dump(mode="json")
+        _ = (docs
+             | "Kept" >> beam.Filter(kept)
+             | "Shards" >> shards.WriteShards(out, s.val_fraction, s.target_bytes, s.batch_tokens, tok_info, dtype)
+             | "AllShards" >> beam.combiners.ToList()
+             | "Manifest" >> beam.Map(lambda metas, tok, dtype: shards.write_manifest(metas, out, tok, dtype, config,
+                                                                                   __version__),
+                                      tok=beam.pvalue.AsSingleton(tok_info), dtype=beam.pvalue.AsSingleton(dtype)))
+    return docs
+
+
 def clear_previous_output(out: str) -> None:
     """Remove what an earlier run wrote under OUT (only tokenmill's own files), so no stale shard
     of a run with a different shard count is mistaken for part of this one."""
-    for pattern in ("docs/docs-*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
+    for pattern in ("manifest.json", "tokenizer.json", "shards/*.arrow", "shards/*.arrow.tmp-*",
+                    "docs/docs-*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
         matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
         if matched:
             FileSystems.delete([m.path for m in matched])

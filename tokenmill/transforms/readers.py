@@ -124,6 +124,16 @@ def resolve_inputs(patterns: list[str]) -> list[InputFile]:
         matched = [m for m in matched if not _is_local_dir(m[0])]
         if not matched:
             raise UserError(f"input not found: {pattern}")
+        if len(matched) == 1 and matched[0][0] == pattern and detect_format(pattern) is None:
+            raise UserError(f"input {pattern}: no reader for this file type (WARC/WET/ARC, JSONL, Parquet, HTML, txt)")
+        # Folders and globs: files no reader handles (README.md, images) are skipped, and said so.
+        unreadable = [m[0] for m in matched if detect_format(m[0]) is None]
+        if unreadable:
+            log.warning("input %s: skipping %d file(s) with no reader, e.g. %s", pattern, len(unreadable),
+                        posixpath.basename(unreadable[0]))
+            matched = [m for m in matched if detect_format(m[0]) is not None]
+            if not matched:
+                raise UserError(f"input {pattern}: no readable files (WARC/WET/ARC, JSONL, Parquet, HTML, txt)")
         for path, size in matched:
             files.setdefault(path, InputFile(path=path, rel=_rel(path, root), size=size))
     return sorted(files.values(), key=lambda f: f.path)

@@ -20,7 +20,7 @@ SAMPLE_CHARS = 600
 
 
 def new_acc() -> dict[str, Any]:
-    return {"docs": 0, "kept": 0, "chars_kept": 0, "dropped": {}, "langs": {}, "samples": {}}
+    return {"docs": 0, "kept": 0, "chars_kept": 0, "tokens_kept": 0, "dropped": {}, "langs": {}, "samples": {}}
 
 
 def _sample(doc: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +52,7 @@ def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[st
     else:
         acc["kept"] += 1
         acc["chars_kept"] += len(doc.get("text") or "")
+        acc["tokens_kept"] += doc.get("n_tokens") or 0
         lang = doc.get("lang") or "und"
         acc["langs"][lang] = acc["langs"].get(lang, 0) + 1
     return acc
@@ -63,6 +64,7 @@ def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
         out["docs"] += a["docs"]
         out["kept"] += a["kept"]
         out["chars_kept"] += a["chars_kept"]
+        out["tokens_kept"] += a["tokens_kept"]
         for key in ("dropped", "langs"):
             for k, v in a[key].items():
                 out[key][k] = out[key].get(k, 0) + v
@@ -89,6 +91,7 @@ def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None 
     report = {
         "documents": {"read": acc["docs"], "kept": acc["kept"], "dropped": acc["docs"] - acc["kept"]},
         "chars_kept": acc["chars_kept"],
+        "tokens_kept": acc["tokens_kept"],
         "funnel": funnel(dropped, acc["docs"], stages),
         "dropped_by": dropped,
         "languages": dict(sorted(acc["langs"].items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -1,0 +1,233 @@
+"""Token shards: uncompressed Arrow IPC files, the manifest, and their verification.
+
+A shard is an Arrow IPC *file* (not stream) with no compression, so ``pa.memory_map`` gives
+the trainer zero-copy access. Columns ``id: string`` and ``tokens: list<uint16|uint32>``,
+record batches bounded by ``batch_tokens``. Everything about placement is a pure function of
+the document id (split by a hash, shard by another), and rows inside a shard are sorted by
+id, so the same input and config give byte-identical shards on every runner.
+
+Files are written under a temporary name and renamed; the manifest is written last, after
+every shard, so a crashed run never leaves an output that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+
+
+def _unit_hash(text: str, salt: str) -> float:
+    h = hashlib.blake2b(f"{salt}\0{text}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def split_of(doc_id: str, val_fraction: float, salt: str = "split") -> str:
+    return "val" if _unit_hash(doc_id, salt) < val_fraction else "train"
+
+
+def shard_index(doc_id: str, n_shards: int) -> int:
+    return min(n_shards - 1, int(_unit_hash(doc_id, "shard") * n_shards))
+
+
+def n_shards_for(total_bytes: int, target_bytes: int) -> int:
+    return max(1, math.ceil(total_bytes / target_bytes)) if total_bytes else 0
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.arrow"
+
+
+def shard_schema(dtype: np.dtype, tok: dict[str, Any]) -> pa.Schema:
+    return pa.schema(
+        [pa.field("id", pa.string()), pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype)))],
+        metadata={
+            "tokenmill.format_version": str(FORMAT_VERSION),
+            "tokenmill.tokenizer_sha256": tok["sha256"],
+            "tokenmill.eos_id": str(tok["eos_id"]),
+        },
+    )
+
+
+def shard_bytes(rows: list[tuple[str, np.ndarray]], schema: pa.Schema, batch_tokens: int) -> bytes:
+    """The Arrow IPC file for ``rows`` (already in their final order), uncompressed."""
+    value_type = schema.field("tokens").type.value_type
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None)) as writer:
+        start = 0
+        while start < len(rows):
+            end, acc = start, 0
+            while end < len(rows) and (end == start or acc + len(rows[end][1]) <= batch_tokens):
+                acc += len(rows[end][1])
+                end += 1
+            chunk = rows[start:end]
+            lengths = np.fromiter((len(t) for _, t in chunk), dtype=np.int64, count=len(chunk))
+            offsets = np.zeros(len(chunk) + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            values = pa.array(np.concatenate([t for _, t in chunk]), type=value_type)
+            tokens = pa.ListArray.from_arrays(pa.array(offsets), values)
+            writer.write_batch(pa.record_batch([pa.array([i for i, _ in chunk], pa.string()), tokens], schema=schema))
+            start = end
+    return sink.getvalue().to_pybytes()
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with FileSystems.create(tmp) as fh:
+        fh.write(data)
+    if FileSystems.exists(path):  # a retried bundle: the earlier attempt wrote the same bytes
+        FileSystems.delete([path])
+    FileSystems.rename([tmp], [path])
+
+
+def write_shard(key: tuple[str, int, int], rows: list[tuple[str, np.ndarray]], out: str, dtype: str,
+                tok: dict[str, Any], batch_tokens: int) -> dict[str, Any]:
+    split, index, count = key
+    rows = sorted(rows, key=lambda r: (r[0], r[1].tobytes()))
+    data = shard_bytes(rows, shard_schema(np.dtype(dtype), tok), batch_tokens)
+    name = shard_name(split, index, count)
+    write_atomically(FileSystems.join(out, "shards", name), data)
+    return {"split": split, "file": f"shards/{name}", "docs": len(rows), "tokens": int(sum(len(t) for _, t in rows)),
+            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: dict, version: str) -> dict:
+    splits = {}
+    for split in SPLITS:
+        mine = sorted((s for s in shards if s["split"] == split), key=lambda s: s["file"])
+        splits[split] = {
+            "docs": sum(s["docs"] for s in mine),
+            "tokens": sum(s["tokens"] for s in mine),
+            "shards": [{k: s[k] for k in ("file", "docs", "tokens", "bytes", "sha256")} for s in mine],
+        }
+    return {
+        "format_version": FORMAT_VERSION,
+        "tokenmill_version": version,
+        "tokenizer": {"file": "tokenizer.json", **tok},
+        "token_dtype": dtype,
+        "columns": {"id": "string", "tokens": f"list<{dtype}>"},
+        "splits": splits,
+        "config": config,
+    }
+
+
+def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: dict, version: str) -> dict:
+    manifest = build_manifest(shards, tok, dtype, config, version)
+    if not shards:
+        import logging
+
+        logging.getLogger("tokenmill").warning("no documents survived: %s has an empty manifest and no shards", out)
+    write_atomically(FileSystems.join(out, "manifest.json"), json.dumps(manifest, indent=2).encode("utf-8"))
+    return manifest
+
+
+# ---------------------------------------------------------------- verification (inspect, trainer)
+
+
+def sha256_file(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with FileSystems.open(path) as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_manifest(out: str) -> dict:
+    path = FileSystems.join(out, "manifest.json")
+    try:
+        with FileSystems.open(path) as fh:
+            manifest = json.loads(fh.read().decode("utf-8"))
+    except Exception:
+        from tokenmill.errors import UserError
+
+        raise UserError(f"{path}: missing or not valid JSON (did `tokenmill prepare` finish?)") from None
+    return manifest
+
+
+def verify_output(out: str, manifest: dict) -> list[str]:
+    """Every problem with the shards and tokenizer of ``out`` against its manifest, one line each."""
+    problems = []
+    tok = manifest.get("tokenizer", {})
+    tok_path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
+    if not FileSystems.exists(tok_path):
+        problems.append(f"{tok_path}: missing")
+    elif sha256_file(tok_path) != tok.get("sha256"):
+        problems.append(f"{tok_path}: sha256 does not match the manifest")
+    for split, info in manifest.get("splits", {}).items():
+        for s in info.get("shards", []):
+            path = FileSystems.join(out, s["file"])
+            if not FileSystems.exists(path):
+                problems.append(f"{path}: missing")
+                continue
+            size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+            if size != s["bytes"]:
+                problems.append(f"{path}: {size} bytes, manifest says {s['bytes']}")
+                continue
+            digest = sha256_file(path)
+            if digest != s["sha256"]:
+                problems.append(f"{path}: sha256 {digest[:12]}... does not match the manifest ({s['sha256'][:12]}...)")
+                continue
+            try:
+                docs, tokens = count_shard(path)
+            except Exception as e:  # a file with the right hash cannot be corrupt, but be safe
+                problems.append(f"{path}: not a readable Arrow IPC file ({e})")
+                continue
+            if (docs, tokens) != (s["docs"], s["tokens"]):
+                problems.append(f"{path}: {docs} docs / {tokens} tokens, manifest says {s['docs']} / {s['tokens']}")
+    return problems
+
+
+def count_shard(path: str) -> tuple[int, int]:
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_file(source)
+        docs = tokens = 0
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            docs += batch.num_rows
+            tokens += len(batch.column("tokens").values)
+    return docs, tokens
+
+
+# ---------------------------------------------------------------- Beam wrapper
+
+
+class WriteShards(beam.PTransform):
+    """Kept docs with tokens -> shard files; outputs one metadata dict per shard written."""
+
+    def __init__(self, out: str, val_fraction: float, target_bytes: int, batch_tokens: int, tok_info, dtype):
+        super().__init__()
+        self.out, self.val_fraction = out, val_fraction
+        self.target_bytes, self.batch_tokens = target_bytes, batch_tokens
+        self.tok_info, self.dtype = tok_info, dtype  # singleton side inputs (PCollections)
+
+    def expand(self, docs):
+        # Locals only in the lambdas below: capturing self would pickle the side-input PCollections.
+        val_fraction, target, out, batch_tokens = self.val_fraction, self.target_bytes, self.out, self.batch_tokens
+        keyed = docs | "BySplit" >> beam.Map(lambda d: (split_of(d["id"], val_fraction), (d["id"], d["tokens"])))
+        totals = (keyed
+                  | "Bytes" >> beam.Map(lambda kv: (kv[0], int(kv[1][1].nbytes)))
+                  | "SplitBytes" >> beam.CombinePerKey(sum))
+
+        def assign(kv, totals):
+            split, (doc_id, tokens) = kv
+            n = n_shards_for(totals[split], target)
+            return (split, shard_index(doc_id, n), n), (doc_id, tokens)
+
+        return (
+            keyed
+            | "Assign" >> beam.Map(assign, totals=beam.pvalue.AsDict(totals))
+            | "GroupShard" >> beam.GroupByKey()
+            | "Write" >> beam.Map(
+                lambda kv, tok, dtype: write_shard(kv[0], list(kv[1]), out, dtype, tok, batch_tokens),
+                tok=beam.pvalue.AsSingleton(self.tok_info), dtype=beam.pvalue.AsSingleton(self.dtype))
+        )

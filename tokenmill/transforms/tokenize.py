@@ -1,0 +1,190 @@
+"""Tokenization with Hugging Face ``tokenizers`` (Rust): training, loading, batched encoding.
+
+The tokenizer travels through the pipeline as its JSON string (a single-element side input),
+whether it was trained on a sample of the surviving documents or loaded from the user's
+``tokenizer.json``: workers rebuild it once and encode in batches with ``encode_batch``,
+which runs in Rust threads outside the GIL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from tokenmill.errors import UserError
+from tokenmill.transforms.stage import count
+
+EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
+# Common EOS spellings, tried in order when a user's tokenizer is loaded and none is named.
+EOS_CANDIDATES = (EOS, "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "[SEP]")
+MAX_VOCAB = 2**32
+
+
+def build_trainer_and_tokenizer(kind: str, vocab_size: int, min_frequency: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if kind == "bpe":
+        # Byte-level BPE: every string encodes without <unk> and decodes back byte for byte.
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                      special_tokens=[EOS, BOS, PAD],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    elif kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=UNK))
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=[EOS, BOS, PAD, UNK], show_progress=False)
+    elif kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=[EOS, BOS, PAD, UNK],
+                                          unk_token=UNK, show_progress=False)
+    else:
+        raise UserError(f"tokenizer kind must be bpe, wordpiece or unigram, got {kind!r}")
+    return tok, trainer
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 32000, kind: str = "bpe", min_frequency: int = 2):
+    if not 256 < vocab_size < MAX_VOCAB:
+        raise UserError(f"vocab_size must be between 257 and 2^32, got {vocab_size}")
+    tok, trainer = build_trainer_and_tokenizer(kind, vocab_size, min_frequency)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def tokenizer_from_json(text: str, where: str = "tokenizer"):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as e:  # the Rust side raises a plain Exception on a bad file
+        raise UserError(f"{where}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0][:200]})") from None
+
+
+def read_tokenizer_json(path: str) -> str:
+    """The JSON text of the user's tokenizer, checked to load; one clear error line otherwise."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        with FileSystems.open(path) as fh:
+            text = fh.read().decode("utf-8")
+    except Exception:
+        raise UserError(f"tokenize.tokenizer: cannot read {path} (no such file?)") from None
+    tokenizer_from_json(text, f"tokenize.tokenizer {path}")
+    return text
+
+
+def find_eos(tok, eos_token: str | None) -> int:
+    names = [eos_token] if eos_token else list(EOS_CANDIDATES)
+    for name in names:
+        tid = tok.token_to_id(name)
+        if tid is not None:
+            return tid
+    raise UserError(f"tokenizer has no EOS token (tried {', '.join(names)}); set tokenize.eos_token")
+
+
+def tokenizer_info(tok_json: str, eos_token: str | None = None) -> dict[str, Any]:
+    """What the manifest and the shard metadata say about the tokenizer."""
+    tok = tokenizer_from_json(tok_json)
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if vocab > MAX_VOCAB:
+        raise UserError(f"tokenizer vocab of {vocab:,} does not fit in uint32 token ids")
+
+    def tid(name: str) -> int | None:
+        return tok.token_to_id(name)
+
+    return {
+        "sha256": hashlib.sha256(tok_json.encode("utf-8")).hexdigest(),
+        "vocab_size": vocab,
+        "eos_id": find_eos(tok, eos_token),
+        "bos_id": next((i for i in (tid(BOS), tid("<s>"), tid("<|begin_of_text|>")) if i is not None), None),
+        "pad_id": next((i for i in (tid(PAD), tid("<pad>"), tid("[PAD]")) if i is not None), None),
+        "model": type(tok.model).__name__,
+    }
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    if vocab_size <= 2**16:
+        return np.dtype(np.uint16)
+    if vocab_size <= MAX_VOCAB:
+        return np.dtype(np.uint32)
+    raise UserError(f"vocab of {vocab_size:,} does not fit in uint32 token ids")
+
+
+def encode_texts(tok, texts: list[str], eos_id: int, dtype: np.dtype) -> list[np.ndarray]:
+    """Token ids of each text with EOS appended, as compact arrays (cheap to ship between workers)."""
+    encs = tok.encode_batch(texts, add_special_tokens=False)
+    out = []
+    for e in encs:
+        ids = np.empty(len(e.ids) + 1, dtype=dtype)
+        ids[:-1] = e.ids
+        ids[-1] = eos_id
+        out.append(ids)
+    return out
+
+
+# ---------------------------------------------------------------- Beam wrapper
+
+
+class TokenizeBatchFn(beam.DoFn):
+    """Encodes a batch of documents (from BatchElements); dropped docs pass through."""
+
+    def __init__(self, eos_token: str | None):
+        self.eos_token = eos_token
+        self._key = None
+        self._tok = None
+
+    def _tokenizer(self, tok_json: str):
+        key = hashlib.sha256(tok_json.encode("utf-8")).digest()
+        if key != self._key:  # rebuilt once per worker, not per bundle
+            info = tokenizer_info(tok_json, self.eos_token)
+            self._tok = (tokenizer_from_json(tok_json), info["eos_id"], token_dtype(info["vocab_size"]))
+            self._key = key
+        return self._tok
+
+    def process(self, batch: list[dict], tok_json: str):
+        tok, eos_id, dtype = self._tokenizer(tok_json)
+        live = [d for d in batch if not d.get("dropped_by")]
+        if live:
+            for d, ids in zip(live, encode_texts(tok, [d["text"] for d in live], eos_id, dtype)):
+                d["tokens"] = ids
+                d["n_tokens"] = len(ids)
+            count("tokenize.in", len(live))
+            count("tokenize.out", len(live))
+            count("tokenize.tokens", sum(d["n_tokens"] for d in live))
+        yield from batch
+
+
+def sample_key(doc: dict) -> tuple[bytes, str]:
+    """Deterministic sample order: by a hash of the id, so the sample does not depend on the runner."""
+    return hashlib.blake2b(str(doc["id"]).encode("utf-8"), digest_size=8).digest(), doc["id"]
+
+
+class TrainOnSample(beam.PTransform):
+    """Survivors -> a deterministic sample -> one trained tokenizer JSON string."""
+
+    def __init__(self, n_docs: int, max_chars: int, vocab_size: int, kind: str, min_frequency: int):
+        super().__init__()
+        self.n_docs, self.max_chars = n_docs, max_chars
+        self.vocab_size, self.kind, self.min_frequency = vocab_size, kind, min_frequency
+
+    def expand(self, docs):
+        max_chars = self.max_chars
+        return (
+            docs
+            | "Keyed" >> beam.Map(lambda d: (sample_key(d), d["text"][:max_chars]))
+            | "Smallest" >> beam.combiners.Top.Smallest(self.n_docs)
+            | "Train" >> beam.Map(self._train)
+        )
+
+    def _train(self, sample: list) -> str:
+        texts = [t for _, t in sorted(sample)]
+        return train_tokenizer(texts, self.vocab_size, self.kind, self.min_frequency).to_str()
