@@ -5,6 +5,7 @@ import json
 import shutil
 
 import apache_beam as beam
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -13,7 +14,7 @@ from tokenmill.config import load_config
 from tokenmill.pipelines import prepare
 from tokenmill.transforms.doc import docs_schema
 
-STAGE_REASON = r"^(read|extract|normalize|language):[a-z0-9_]+$"
+STAGE_REASON = r"^(read|extract|normalize|language|dedup):[a-z0-9_]+$"
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +33,12 @@ def test_sample_run_accounts_for_every_record(sample_run):
     for r in rows:
         assert r["dropped_by"] is None or __import__("re").match(STAGE_REASON, r["dropped_by"]), r["dropped_by"]
     funnel = report["funnel"]
-    assert [f["stage"] for f in funnel] == ["read", "extract", "normalize", "language"]
+    assert [f["stage"] for f in funnel] == ["read", "extract", "normalize", "language", "tokenize"]
     assert all(a["out"] == b["in"] for a, b in zip(funnel, funnel[1:]))
     assert funnel[-1]["out"] == len(kept)
     # The cleaned-docs Parquet has exactly the documented columns.
     table = pq.read_table(sorted((out / "docs").glob("*.parquet"))[0])
-    assert table.schema.names == docs_schema().names
+    assert table.schema.names == docs_schema([pa.field("n_tokens", pa.int32())]).names
 
 
 def test_sample_languages_and_text(sample_run):
@@ -61,16 +62,17 @@ def test_sample_bad_records_counted(sample_run):
     assert samples.exists() and json.loads(samples.read_text().splitlines()[0])["id"]
 
 
+first_lines = (json.dumps({"id": "good-en", "text": "A perfectly ordinary paragraph about the weather in spring."})
+               + "\n" + '{"id": "broken", "text": "unterminated\n')
+
+
 def _bad_inputs(d, warc_src):
-    (d / "good.jsonl").write_text(
-        json.dumps({"id": "good-en", "text": "A perfectly ordinary paragraph about the weather in spring."}) + "\n"
-        + '{"id": "broken", "text": "unterminated\n'
-        + json.dumps({"id": "huge", "text": "x" * (50 * 1024 * 1024)}) + "\n"
-    )
+    (d / "good.jsonl").write_text(first_lines + json.dumps({"id": "huge", "text": "x" * (50 * 1024 * 1024)}) + "\n")
     (d / "latin1.txt").write_bytes("Un texte français écrit en Latin-1.".encode("latin-1"))
     (d / "junk.html").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 200)
     page = b"<html><body><article><p>" + b"Some words for the page. " * 200 + b"</p></article></body></html>"
-    (d / "cut.html.gz").write_bytes(gzip.compress(page)[:300])
+    gz = gzip.compress(page)
+    (d / "cut.html.gz").write_bytes(gz[: len(gz) // 2])
     (d / "empty.jsonl").write_bytes(b"")
     (d / "deep.html").write_bytes(b"<html><body>" + b"<div>" * 100_000 + b"deep text" + b"</div>" * 100_000
                                   + b"</body></html>")
@@ -101,12 +103,13 @@ def test_bad_inputs_are_counted_and_the_job_completes(tmp_path):
     assert docs["good-en"]["dropped_by"] is None and docs["good-en"]["lang"] == "en"
     assert docs["fine.html"]["dropped_by"] is None and "Tomatoes need sun" in docs["fine.html"]["text"]
     assert "Home" not in docs["fine.html"]["text"] and "Copyright" not in docs["fine.html"]["text"]
-    assert docs["huge"]["dropped_by"] == "read:too_large"
+    # Too large to parse: its id is the file and byte offset of the line.
+    assert [r["id"] for r in rows if r["dropped_by"] == "read:too_large"] == [f"good.jsonl:{len(first_lines)}"]
     assert docs["latin1.txt"]["dropped_by"] == "read:invalid_utf8"
     assert docs["junk.html"]["dropped_by"] == "extract:binary_content"
     assert docs["cut.html.gz"]["dropped_by"] == "read:truncated_file"
     assert docs["empty.jsonl"]["dropped_by"] == "read:empty_file"
-    assert docs["deep.html"]["dropped_by"] in (None, "extract:too_deep", "extract:parse_error", "extract:timeout")
+    assert docs["deep.html"]["dropped_by"] in (None, "extract:no_text", "extract:parse_error", "extract:timeout")
     assert any(r["dropped_by"] == "read:invalid_json" for r in rows)
     assert any(r["source"].endswith("clipped.warc.gz") and r["dropped_by"] in ("read:truncated_file",
                "read:corrupt_file") for r in rows)
