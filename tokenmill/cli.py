@@ -78,6 +78,20 @@ def cmd_report(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace, _: list[str]) -> int:
+    from tokenmill.pipelines.inspect import inspect_output
+
+    return inspect_output(args.out.rstrip("/"), args.docs)
+
+
+def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
+    from tokenmill.pipelines.tokenizer import train_from_inputs
+
+    n = train_from_inputs(args.input, args.output, args.kind, args.vocab_size, args.max_docs)
+    print(f"trained a {args.kind} tokenizer (vocab {args.vocab_size:,}) on {n:,} documents -> {args.output}")
+    return 0
+
+
 def not_yet(issue: str):
     def run(args: argparse.Namespace, _: list[str]) -> int:
         raise UserError(f"`tokenmill {args.verb}` is not implemented yet ({issue})")
@@ -113,13 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("inspect", help="verify shard checksums, print counts, decode a few docs (not yet)")
+    p = sub.add_parser("inspect", help="verify every shard checksum and count, print the splits, decode a few docs")
     p.add_argument("out", metavar="OUT")
-    p.set_defaults(func=not_yet("issue #5"))
+    p.add_argument("--docs", type=int, default=3, help="documents to decode (default 3)")
+    p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("tokenizer", help="train a tokenizer on cleaned docs (not yet)")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=not_yet("issue #5"))
+    p = sub.add_parser("tokenizer", help="train a tokenizer (BPE, WordPiece, Unigram) on cleaned docs")
+    tsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    t = tsub.add_parser("train", help="train a tokenizer.json", allow_abbrev=False)
+    t.add_argument("--input", action="append", required=True, metavar="PATH",
+                   help="a prepared OUT folder (its kept docs) or raw inputs (file, folder, glob); repeatable")
+    t.add_argument("--output", required=True, metavar="tokenizer.json")
+    t.add_argument("--kind", choices=["bpe", "wordpiece", "unigram"], default="bpe")
+    t.add_argument("--vocab-size", type=int, default=32000)
+    t.add_argument("--max-docs", type=int, default=100_000, help="train on at most this many documents")
+    t.set_defaults(func=cmd_tokenizer_train)
 
     p = sub.add_parser("train", help="train a model on prepared shards (not yet)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
