@@ -14,7 +14,7 @@ from tokenmill.config import load_config
 from tokenmill.pipelines import prepare
 from tokenmill.transforms.doc import docs_schema
 
-STAGE_REASON = r"^(read|extract|normalize|language|dedup):[a-z0-9_]+$"
+STAGE_REASON = r"^(read|extract|normalize|language|quality|dedup):[a-z0-9_]+$"
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +28,17 @@ def test_sample_run_accounts_for_every_record(sample_run):
     assert rc == 0
     assert len(rows) == report["documents"]["read"] > 40
     kept = [r for r in rows if r["dropped_by"] is None]
-    assert len(kept) == report["documents"]["kept"] > 30
+    assert len(kept) == report["documents"]["kept"] > 25
     assert sum(report["dropped_by"].values()) == len(rows) - len(kept)
     for r in rows:
         assert r["dropped_by"] is None or __import__("re").match(STAGE_REASON, r["dropped_by"]), r["dropped_by"]
     funnel = report["funnel"]
-    assert [f["stage"] for f in funnel] == ["read", "extract", "normalize", "language", "tokenize"]
+    assert [f["stage"] for f in funnel] == ["read", "extract", "normalize", "language", "quality", "pii", "dedup", "tokenize"]
     assert all(a["out"] == b["in"] for a, b in zip(funnel, funnel[1:]))
     assert funnel[-1]["out"] == len(kept)
     # The cleaned-docs Parquet has exactly the documented columns.
     table = pq.read_table(sorted((out / "docs").glob("*.parquet"))[0])
-    assert table.schema.names == docs_schema([pa.field("n_tokens", pa.int32())]).names
+    assert table.schema.names == docs_schema(prepare.quality_fields() + [pa.field("n_tokens", pa.int32())]).names
 
 
 def test_sample_languages_and_text(sample_run):
@@ -97,7 +97,7 @@ def test_bad_inputs_are_counted_and_the_job_completes(tmp_path):
         (tmp_path / "w.warc.gz").write_bytes(data[: len(data) // 2])
         warc = tmp_path / "w.warc.gz"
     _bad_inputs(src, warc)
-    rc, rows, report = run_prepare(tmp_path / "out", [src])
+    rc, rows, report = run_prepare(tmp_path / "out", [src], sets=["quality.enabled=false"])
     assert rc == 0
     docs = by_id(rows)
     assert docs["good-en"]["dropped_by"] is None and docs["good-en"]["lang"] == "en"
@@ -136,7 +136,7 @@ def test_keep_list_filters_and_beam_flags_pass_through(tmp_path):
         ("de", "Die Bibliothek öffnet um neun Uhr und schließt um fünf."),
         ("fr", "La bibliothèque ouvre à neuf heures et ferme à dix-sept heures."),
     ]) + "\n")
-    rc, rows, report = run_prepare(tmp_path / "out", [src], sets=["language.keep=[en,de]"],
+    rc, rows, report = run_prepare(tmp_path / "out", [src], sets=["language.keep=[en,de]", "quality.enabled=false"],
                                    extra=["--direct_num_workers=1"])
     assert rc == 0
     docs = by_id(rows)

@@ -108,12 +108,75 @@ class _NotYet(Section):
         return self
 
 
-class QualityConfig(_NotYet):
-    _issue = "issue #3"
+class _Rules(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    enabled: bool = True
 
 
-class PiiConfig(_NotYet):
-    _issue = "issue #3"
+class GopherConfig(_Rules):
+    min_words: int = Field(default=50, ge=0)
+    max_words: int = Field(default=100_000, gt=0)
+    min_mean_word_len: float = Field(default=3.0, ge=0)  # space-separated languages only
+    max_mean_word_len: float = Field(default=10.0, gt=0)
+    max_symbol_word_ratio: float = Field(default=0.1, ge=0)
+    max_bullet_lines: float = Field(default=0.9, ge=0, le=1)
+    max_ellipsis_lines: float = Field(default=0.3, ge=0, le=1)
+    min_alpha_words: float = Field(default=0.8, ge=0, le=1)
+    min_stop_words: int = Field(default=2, ge=0)  # languages with a stop-word list only
+
+
+class RepetitionConfig(_Rules):
+    dup_line_frac: float = Field(default=0.3, ge=0, le=1)
+    dup_para_frac: float = Field(default=0.3, ge=0, le=1)
+    dup_line_char_frac: float = Field(default=0.2, ge=0, le=1)
+    dup_para_char_frac: float = Field(default=0.2, ge=0, le=1)
+    top_ngram_fracs: list[float] = Field(default=[0.20, 0.18, 0.16], min_length=3, max_length=3)  # n = 2, 3, 4
+    dup_ngram_fracs: list[float] = Field(default=[0.15, 0.14, 0.13, 0.12, 0.11, 0.10], min_length=6,
+                                         max_length=6)  # n = 5..10
+
+
+class C4Config(_Rules):
+    drop_lorem_ipsum: bool = True
+    drop_curly_bracket: bool = True  # C4 drops pages with "{" (code, templates)
+    # A page that mentions javascript and is short is a "please enable JavaScript" stub.
+    drop_javascript: bool = True
+    javascript_max_words: int = Field(default=200, ge=0)
+
+
+class FineWebConfig(_Rules):
+    min_terminal_punct_lines: float = Field(default=0.12, ge=0, le=1)
+    max_short_lines: float = Field(default=0.67, ge=0, le=1)
+    max_dup_line_chars: float = Field(default=0.01, ge=0, le=1)
+    max_newline_word_ratio: float = Field(default=0.3, ge=0)
+
+
+_STOP_WORDS = {
+    "en": ["the", "be", "to", "of", "and", "that", "have", "with"],  # Gopher's list
+    "de": ["der", "die", "das", "und", "zu", "den", "mit", "von", "ist", "nicht", "ein", "eine"],
+    "fr": ["le", "la", "les", "de", "et", "des", "un", "une", "du", "est", "pour", "que"],
+    "es": ["el", "la", "de", "que", "y", "en", "los", "las", "del", "un", "una", "por"],
+    "it": ["il", "la", "di", "che", "e", "un", "una", "per", "del", "della", "non", "sono"],
+    "pt": ["o", "a", "de", "que", "e", "do", "da", "em", "um", "uma", "para", "os"],
+    "nl": ["de", "het", "een", "en", "van", "in", "is", "dat", "op", "te", "met", "niet"],
+}
+
+
+class QualityConfig(Section):
+    gopher: GopherConfig = GopherConfig()
+    repetition: RepetitionConfig = RepetitionConfig()
+    c4: C4Config = C4Config()
+    fineweb: FineWebConfig = FineWebConfig()
+    fineweb_short_line_chars: int = Field(default=30, ge=0)
+    # Written without spaces: words are counted per letter; word-length and stop-word rules skipped.
+    no_space_langs: list[str] = ["zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"]
+    # Stop-word lists per language; the Gopher stop-word rule applies only where one exists.
+    stop_words: dict[str, list[str]] = _STOP_WORDS
+
+
+class PiiConfig(Section):
+    # Kinds to redact; each is replaced by a typed placeholder such as <EMAIL>.
+    kinds: list[Literal["email", "phone", "ip", "card", "iban", "secret"]] = [
+        "email", "phone", "ip", "card", "iban", "secret"]
 
 
 class DedupConfig(Section):

@@ -1,4 +1,5 @@
-"""The ``prepare`` pipeline graph: read -> extract -> normalize -> language -> docs + report.
+"""The ``prepare`` pipeline graph: read -> extract -> normalize -> language -> quality -> pii ->
+dedup -> tokenize -> shards, plus the cleaned-docs Parquet and the report.
 
 The graph only wires the stages (each a pure core in ``tokenmill.transforms`` with a thin
 DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
@@ -20,9 +21,12 @@ from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, tokenize
+from tokenmill.transforms.dedup import Dedup, cluster_stats
 from tokenmill.transforms.extract import ExtractFn
 from tokenmill.transforms.langid import LanguageFn, resolve_model_path
 from tokenmill.transforms.normalize import NormalizeFn
+from tokenmill.transforms.pii import PiiFn
+from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputFile, Unit, plan_units, read_unit, resolve_inputs
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.stage import count
@@ -78,14 +82,25 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
         | "Extract" >> beam.ParDo(ExtractFn(cfg.extract))
     )
     stages = ["read", "extract"]
+    extra_fields: list[pa.Field] = []
     if cfg.normalize.enabled:
         docs = docs | "Normalize" >> beam.ParDo(NormalizeFn(cfg.normalize))
         stages.append("normalize")
     if cfg.language.enabled:
         docs = docs | "Language" >> beam.ParDo(LanguageFn(cfg.language))
         stages.append("language")
-
-    extra_fields = []
+    if cfg.quality.enabled:
+        docs = docs | "Quality" >> beam.ParDo(QualityFn(cfg.quality))
+        stages.append("quality")
+        extra_fields += quality_fields()
+    if cfg.pii.enabled:
+        docs = docs | "Pii" >> beam.ParDo(PiiFn(cfg.pii))
+        stages.append("pii")
+    dedup_stats = None
+    if cfg.dedup.enabled:
+        docs = docs | "Dedup" >> Dedup(cfg.dedup)
+        dedup_stats = cluster_stats(docs, cfg.dedup)
+        stages.append("dedup")
     if cfg.tokenize.enabled:
         docs = tokenize_and_shard(p, docs, cfg)
         stages.append("tokenize")
@@ -101,11 +116,21 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
     )
     if cfg.report.enabled:
         extra = {"tokenmill_version": __version__, "config": cfg.model_dump(mode="json")}
+        if dedup_stats is None:
+            dedup_stats = p | "NoDedupStats" >> beam.Create([None])
         _ = (
             docs
             | "Count" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason))
-            | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra)
+            | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra,
+                                        dedup=beam.pvalue.AsSingleton(dedup_stats))
         )
+
+
+def quality_fields() -> list[pa.Field]:
+    from tokenmill.transforms.quality import INT_SIGNALS, SIGNALS
+
+    return [pa.field(n, pa.int32() if n in INT_SIGNALS else pa.float32()) for n in SIGNALS] + [
+        pa.field("quality_score", pa.float32())]
 
 
 def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):

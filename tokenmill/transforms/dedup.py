@@ -24,7 +24,9 @@ Stages, each a distributed Beam step (no step gathers all signatures or all edge
    the survivor and its id can be read from the key: no further join is needed. A last join
    by ``h`` brings the verdicts back to the documents (the only time full documents move).
 
-Documents that arrive dropped pass straight through. Members of a cluster (two or more
+Documents that arrive dropped, and documents whose text is empty or only whitespace (there is
+nothing to duplicate; the quality filters drop them as what they are), pass straight through
+and take no part. Members of a cluster (two or more
 documents, exact or near) get ``dup_cluster`` = the survivor's id; every member but the
 survivor gets ``dropped_by`` = ``dedup:exact_duplicate`` (same normalised text as a kept or
 near-dropped document) or ``dedup:near_duplicate``. A document in no cluster keeps
@@ -34,6 +36,7 @@ near-dropped document) or ``dedup:near_duplicate``. A document in no cluster kee
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import struct
 from collections.abc import Iterable, Iterator
@@ -59,14 +62,14 @@ _DEDUPE_CAP = 200_000
 
 # --------------------------------------------------------------------------- pure cores
 
-_WS = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
 _DIGIT = re.compile(r"\d")
 
 
 def normalise_exact(text: str | None) -> str:
     """Text for the exact hash: lower-cased, whitespace runs collapsed to one space, stripped."""
-    return _WS.sub(" ", (text or "").lower()).strip()
+    # str.split() splits on exactly the characters re's \s matches (str.isspace), 4x faster.
+    return " ".join((text or "").lower().split())
 
 
 def _utf8(s: str) -> bytes:
@@ -106,13 +109,26 @@ class MinHasher:
         self.num_perm = num_perm
         self._proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
 
-    def signature(self, shingle_list: list[str]) -> bytes | None:
+    def signature(self, shingle_list: list[str] | list[bytes]) -> bytes | None:
         """None for no shingles: an empty text has no near-duplicates (only exact ones)."""
         if not shingle_list:
             return None
         m = self._proto.copy()
-        m.update_batch([_utf8(s) for s in shingle_list])
+        if isinstance(shingle_list[0], str):
+            shingle_list = [_utf8(s) for s in shingle_list]
+        m.update_batch(shingle_list)
         return np.asarray(m.hashvalues, dtype="<u4").tobytes()
+
+    def text_signature(self, text: str | None, n: int) -> bytes | None:
+        """``signature(shingles(tokens(text), n))``, faster: the shingles are built as bytes
+        from tokens encoded in one go, not encoded one by one (same bytes, same signature)."""
+        toks = tokens(text)
+        if not toks:
+            return None
+        btoks = _utf8(" ".join(toks)).split(b" ")
+        if len(btoks) < n:
+            return self.signature([b" ".join(btoks)])
+        return self.signature([b" ".join(btoks[i : i + n]) for i in range(len(btoks) - n + 1)])
 
 
 def band_keys(sig: bytes, bands: int, rows: int) -> list[bytes]:
@@ -149,7 +165,7 @@ def _f64_asc(x: float) -> bytes:
 
 def _quality(doc: dict[str, Any], field: str) -> float | None:
     q = doc.get(field)
-    if isinstance(q, bool) or not isinstance(q, (int, float)):
+    if isinstance(q, bool) or not isinstance(q, numbers.Real):  # numpy floats are Real too
         return None
     q = float(q)
     return q if math.isfinite(q) else None
@@ -160,7 +176,9 @@ def _doc_id(doc: dict[str, Any]) -> str:
     return "" if i is None else str(i)
 
 
-def node_key(doc: dict[str, Any], h: bytes, mode: str = "quality", quality_field: str = "quality_score") -> bytes:
+def node_key(
+    doc: dict[str, Any], h: bytes, mode: str = "quality", quality_field: str = "quality_score"
+) -> bytes:
     """Bytes that sort in survivor order: the smallest key of a cluster is its survivor.
 
     quality: docs with a score first, higher first; then longer text; then smaller id.
@@ -180,9 +198,7 @@ def node_key(doc: dict[str, Any], h: bytes, mode: str = "quality", quality_field
     else:
         raise ValueError(f"unknown survivor mode {mode!r}")
     ident = _utf8(_doc_id(doc)).replace(b"\x00", b"\x00\xff") + b"\x00\x00"
-    tie = xxhash.xxh3_64_digest(
-        b"\x1f".join(_utf8(str(doc.get(k) or "")) for k in ("text", "url", "source"))
-    )
+    tie = xxhash.xxh3_64_digest(b"\x1f".join(_utf8(str(doc.get(k) or "")) for k in ("text", "url", "source")))
     return prefix + ident + tie + h
 
 
@@ -423,7 +439,8 @@ def _final_label(kv, fallback: dict):
 class ConnectedComponents(beam.PTransform):
     """Edges (u, v) of comparable node ids -> (node, smallest node of its component).
 
-    Only nodes on an edge come out, each exactly once. Self-loops and duplicate edges are fine.
+    Every node on an edge comes out exactly once. Duplicate edges are fine; self-loops are
+    ignored (a node whose only edge is a self-loop does not come out; Dedup never makes one).
 
     Rounds: each is a large-star and a small-star step, each one GroupByKey by node (large-star
     and small-star never increase the edge count and keep connectivity; together they converge
@@ -460,11 +477,14 @@ class ConnectedComponents(beam.PTransform):
             | "LabelGroup" >> beam.GroupByKey()
             | "LocalLabel" >> beam.ParDo(_LocalLabel())
             | "CheckGroup" >> beam.GroupByKey()
-            | "CheckLabels" >> beam.ParDo(_CheckLabels())
+            | "CheckLabels"
+            >> beam.ParDo(_CheckLabels())
             .with_output_types(tuple[Any, Any])
             .with_outputs(_CheckLabels.RESIDUAL, main="labels")
         )
-        fallback = checked[_CheckLabels.RESIDUAL] | "ResidualUnionFind" >> beam.CombineGlobally(_UnionFindFn())
+        fallback = checked[_CheckLabels.RESIDUAL] | "ResidualUnionFind" >> beam.CombineGlobally(
+            _UnionFindFn()
+        )
         return checked.labels | "ApplyResidual" >> beam.Map(_final_label, AsSingleton(fallback))
 
 
@@ -472,8 +492,11 @@ class ConnectedComponents(beam.PTransform):
 
 
 def _route_dropped(doc, n):
-    # Partition 0: active, 1: already dropped by an earlier stage (passes through untouched).
-    return 1 if is_dropped(doc) else 0
+    # Partition 0: takes part; 1: passes through untouched: dropped by an earlier stage, or a
+    # text with nothing but whitespace, which has no content to duplicate (calling a run of
+    # empty pages "exact duplicates" would hide that they are empty; the quality filters
+    # drop them for what they are).
+    return 1 if is_dropped(doc) or not (doc.get("text") or "").strip() else 0
 
 
 class _Prepare(beam.DoFn):
@@ -498,7 +521,7 @@ class _Prepare(beam.DoFn):
         key = node_key(doc, h, self._mode, self._qfield)
         # Signatures are computed before the exact step, also for exact copies: it costs CPU
         # but spares a second shuffle of the full documents (text is needed for the signature).
-        sig = self._hasher.signature(shingles(tokens(text), self._n)) if self._hasher else None
+        sig = self._hasher.text_signature(text, self._n) if self._hasher else None
         yield (h, (0, doc))
         yield TaggedOutput(self.NODE, (h, (key, sig)))
 
@@ -710,13 +733,11 @@ class Dedup(beam.PTransform):
                 | "DistinctEdges" >> beam.Distinct()
             )
             if cfg.verify:
-                edges = (
-                    _tagged_group("SigA", (0, sigs), (1, edges))
-                    | "SendSignature" >> beam.ParDo(_SendSignature())
+                edges = _tagged_group("SigA", (0, sigs), (1, edges)) | "SendSignature" >> beam.ParDo(
+                    _SendSignature()
                 )
-                edges = (
-                    _tagged_group("SigB", (0, sigs), (1, edges))
-                    | "Verify" >> beam.ParDo(_VerifyEdges(cfg.verify_threshold))
+                edges = _tagged_group("SigB", (0, sigs), (1, edges)) | "Verify" >> beam.ParDo(
+                    _VerifyEdges(cfg.verify_threshold)
                 )
             labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
             verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))
@@ -756,7 +777,12 @@ class _ClusterFn(beam.CombineFn):
         ident, reason = item
         n, ex, nr, ids = acc
         ids = sorted(ids + [ident])[: self._k]
-        return (n + 1, ex + (reason == f"{STAGE}:{EXACT_REASON}"), nr + (reason == f"{STAGE}:{NEAR_REASON}"), ids)
+        return (
+            n + 1,
+            ex + (reason == f"{STAGE}:{EXACT_REASON}"),
+            nr + (reason == f"{STAGE}:{NEAR_REASON}"),
+            ids,
+        )
 
     def merge_accumulators(self, accs):
         n = ex = nr = 0
@@ -830,14 +856,26 @@ class _StatsFn(beam.CombineFn):
         }
 
 
-def cluster_stats(docs, top_k: int = 20, member_ids: int = 5, label: str = "DedupClusterStats"):
+def cluster_stats(
+    docs,
+    cfg: DedupConfig | None = None,
+    *,
+    top_k: int | None = None,
+    member_ids: int | None = None,
+    label: str = "DedupClusterStats",
+):
     """PCollection[doc] (Dedup's output) -> a one-element PCollection with the cluster statistics.
+
+    ``top_k`` / ``member_ids`` default to the config's ``stats_top_clusters`` / ``stats_member_ids``.
 
     ``clusters`` (count of clusters of 2+ docs), ``members`` (docs in them), ``removed_exact`` /
     ``removed_near``, ``size_histogram`` ({"2": n, "3-4": n, "5-8": n, ...}) and ``largest``:
     the ``top_k`` biggest clusters with their ``member_ids`` smallest member ids. Per-cluster
     counts are a lifted combine; the global combine keeps only O(top_k) clusters.
     """
+    cfg = cfg or DedupConfig()
+    top_k = cfg.stats_top_clusters if top_k is None else top_k
+    member_ids = cfg.stats_member_ids if member_ids is None else member_ids
     return (
         docs
         | f"{label}Members" >> beam.Filter(_member_of_cluster)

@@ -105,9 +105,10 @@ def sample_file_name(reason: str) -> str:
     return reason.replace(":", "-").replace("/", "_") + ".jsonl"
 
 
-def write_report(acc: dict[str, Any], report_dir: str, stages: list[str], extra: dict[str, Any] | None = None) -> str:
-    """Write report.json and samples/<reason>.jsonl under ``report_dir``; returns report.json's path."""
-    report = finish(acc, stages, extra)
+def write_report(acc: dict[str, Any], report_dir: str, stages: list[str], extra: dict[str, Any] | None = None,
+                 dedup: dict[str, Any] | None = None) -> str:
+    """Write report.json, report.html and samples/<reason>.jsonl under ``report_dir``."""
+    report = finish(acc, stages, {**(extra or {}), **({"dedup": dedup} if dedup else {})})
     for reason, samples in acc["samples"].items():
         path = FileSystems.join(report_dir, "samples", sample_file_name(reason))
         with FileSystems.create(path) as fh:

@@ -1,0 +1,435 @@
+"""Exact + near-duplicate removal (tokenmill.transforms.dedup), on Beam's DirectRunner."""
+
+from __future__ import annotations
+
+import glob
+import json
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # not a test class
+from apache_beam.testing.util import assert_that, equal_to
+from pydantic import ValidationError
+
+from tokenmill.config import DedupConfig, JobConfig
+from tokenmill.transforms.dedup import (
+    ConnectedComponents,
+    Dedup,
+    MinHasher,
+    band_keys,
+    choose_survivor,
+    cluster_stats,
+    exact_hash,
+    exact_jaccard,
+    jaccard_estimate,
+    node_id,
+    node_key,
+    normalise_exact,
+    shingles,
+    size_bucket,
+    tokens,
+    union_find_components,
+)
+from tokenmill.transforms.doc import new_doc
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _vocab(rng: random.Random, n: int = 3000) -> list[str]:
+    return sorted({"".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 9))) for _ in range(n)})
+
+
+def _text(rng: random.Random, vocab: list[str], n: int) -> list[str]:
+    return [rng.choice(vocab) for _ in range(n)]
+
+
+def _edit(rng: random.Random, vocab: list[str], words: list[str], k: int) -> list[str]:
+    w = list(words)
+    for _ in range(k):
+        w[rng.randrange(len(w))] = rng.choice(vocab)
+    return w
+
+
+def _doc(id: str, text: str, **extra) -> dict:
+    d = new_doc(id, "test", text=text)
+    d.pop("html")
+    d.pop("encoding")
+    d.update(extra)
+    return d
+
+
+def run_dedup(
+    docs: list[dict], cfg: DedupConfig, tmp_path, name: str = "out"
+) -> tuple[dict[str, dict], dict]:
+    """Run Dedup + cluster_stats; return (id -> output doc, stats). Ids must be unique here."""
+    out_dir = tmp_path / name
+    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+        out = p | beam.Create(docs, reshuffle=False) | Dedup(cfg)
+        out | "J" >> beam.Map(json.dumps) | "W" >> beam.io.WriteToText(str(out_dir / "docs"))
+        (
+            cluster_stats(out)
+            | "JS" >> beam.Map(json.dumps)
+            | "WS" >> beam.io.WriteToText(str(out_dir / "stats"))
+        )
+    rows = [json.loads(line) for f in sorted(glob.glob(str(out_dir / "docs*"))) for line in open(f)]
+    assert len(rows) == len(docs), "every input doc comes out exactly once"
+    by_id = {r["id"]: r for r in rows}
+    assert len(by_id) == len(rows)
+    stats = json.loads(open(glob.glob(str(out_dir / "stats*"))[0]).read())
+    return by_id, stats
+
+
+# --------------------------------------------------------------------------- pure cores
+
+
+def test_normalisation_and_tokens():
+    assert normalise_exact("  Hello\n\tWORLD  ") == "hello world"
+    assert exact_hash("Hello  world") == exact_hash("hello\nWORLD ")
+    assert exact_hash("hello world") != exact_hash("hello world!")
+    assert len(exact_hash(None)) == 16
+    assert tokens("Don't PANIC: 42 towels, v3.14!") == ["don", "t", "panic", "00", "towels", "v0", "00"]
+    assert exact_hash("a\ud800b")  # a lone surrogate does not crash
+
+
+def test_shingles_short_texts():
+    assert shingles([], 5) == []
+    assert shingles(["a", "b"], 5) == ["a b"]  # too short for one 5-gram: the whole text
+    assert shingles(list("abcde"), 5) == ["a b c d e"]
+    assert shingles(list("abcdef"), 5) == ["a b c d e", "b c d e f"]
+    h = MinHasher(16)
+    assert h.signature([]) is None
+    assert h.text_signature("!!! ...", 5) is None
+    assert h.text_signature("Hello, world", 5) == h.text_signature("hello world!", 5)
+    assert h.text_signature("one", 5) == h.signature(["one"])
+
+
+def test_signature_estimates_jaccard():
+    rng = random.Random(1)
+    vocab = _vocab(rng)
+    h = MinHasher(256, seed=3)
+    a = _text(rng, vocab, 400)
+    b = a[:300] + _text(rng, vocab, 100)
+    sa, sb = shingles(a, 5), shingles(b, 5)
+    exact = exact_jaccard(sa, sb)
+    est = jaccard_estimate(h.signature(sa), h.signature(sb))
+    assert abs(est - exact) < 0.1
+    assert jaccard_estimate(h.signature(sa), h.signature(sa)) == 1.0
+    # text_signature builds the same shingles as bytes: the same signature
+    assert h.text_signature(" ".join(a), 5) == h.signature(sa)
+    assert len(h.signature(sa)) == 256 * 4
+    assert MinHasher(256, seed=3).signature(sa) == h.signature(sa)  # deterministic across instances
+    assert MinHasher(256, seed=4).signature(sa) != h.signature(sa)
+
+
+def test_band_keys():
+    h = MinHasher(14 * 8)
+    s1 = h.signature(["a b c"])
+    keys = band_keys(s1, 14, 8)
+    assert len(keys) == len(set(keys)) == 14  # the band index keeps equal bands apart
+    assert band_keys(h.signature(["a b c"]), 14, 8) == keys
+    s2 = bytearray(s1)
+    s2[0] ^= 1  # first value of band 0 differs
+    k2 = band_keys(bytes(s2), 14, 8)
+    assert k2[0] != keys[0] and k2[1:] == keys[1:]
+
+
+def test_survivor_order():
+    q_hi = _doc("z", "short", quality_score=0.9)
+    q_lo = _doc("a", "a much longer text here", quality_score=0.1)
+    no_q = _doc("0", "the longest text of them all, by far", quality_score=None)
+    nan_q = _doc("1", "x", quality_score=float("nan"))
+    assert choose_survivor([q_lo, no_q, q_hi, nan_q]) is q_hi  # quality first, absent/NaN last
+    assert choose_survivor([q_lo, no_q, nan_q]) is q_lo
+    assert choose_survivor([no_q, nan_q]) is no_q  # no quality: longest
+    assert choose_survivor([q_lo, no_q, q_hi], mode="longest") is no_q
+    assert choose_survivor([q_lo, no_q, q_hi], mode="first_id") is no_q  # "0" < "a" < "z"
+    same_a, same_b = _doc("b", "same text"), _doc("a", "same text")
+    assert choose_survivor([same_a, same_b]) is same_b  # then the smallest id
+    neg = _doc("n", "t", quality_score=-2.0)
+    assert choose_survivor([neg, _doc("m", "t", quality_score=-1.0)])["id"] == "m"
+    assert choose_survivor([neg, _doc("m", "t")]) is neg
+    for mode in ("quality", "longest", "first_id"):
+        for ident in ("doc-1", "a\x00b", "ünïcode", ""):
+            key = node_key(_doc(ident, "text"), exact_hash("text"), mode)
+            assert node_id(key, mode) == ident
+    # byte order of the keys is string order of the ids, NUL included
+    ids = ["a", "a\x00", "a\x00b", "a\x01", "ab", "b"]
+    keys = [node_key(_doc(i, "t"), exact_hash("t"), "first_id") for i in ids]
+    assert sorted(keys) == keys
+
+
+def test_union_find_reference_and_sizes():
+    comps = union_find_components([(3, 4), (4, 5), (1, 2), (9, 9)])
+    assert comps == {1: 1, 2: 1, 3: 3, 4: 3, 5: 3, 9: 9}
+    assert [size_bucket(n) for n in (2, 3, 4, 5, 8, 9, 16, 17)] == [
+        "2",
+        "3-4",
+        "3-4",
+        "5-8",
+        "5-8",
+        "9-16",
+        "9-16",
+        "17-32",
+    ]
+
+
+def test_config():
+    cfg = DedupConfig()
+    assert (cfg.enabled, cfg.ngram, cfg.bands, cfg.rows, cfg.verify, cfg.survivor) == (
+        True,
+        5,
+        14,
+        8,
+        True,
+        "quality",
+    )
+    assert JobConfig.model_validate({"dedup": {"enabled": True, "max_rounds": 3}}).dedup.max_rounds == 3
+    for bad in (
+        {"bands": 0},
+        {"rows": -1},
+        {"ngram": 0},
+        {"verify_threshold": 1.5},
+        {"survivor": "random"},
+        {"max_rounds": -1},
+        {"bucket_all_pairs_max": 1},
+        {"bands": 512, "rows": 512},
+        {"shingle": 5},
+    ):
+        with pytest.raises(ValidationError):
+            DedupConfig.model_validate(bad)
+
+
+# --------------------------------------------------------------------------- components
+
+
+def _random_graph(rng: random.Random, n: int, m: int) -> list[tuple[int, int]]:
+    return [(rng.randrange(n), rng.randrange(n)) for _ in range(m)]
+
+
+def _path(nodes: list) -> list[tuple]:
+    return [(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
+
+
+def _expected(edges):
+    # ConnectedComponents ignores self-loops (Dedup never emits one); the reference keeps them.
+    return sorted(union_find_components([(a, b) for a, b in edges if a != b]).items())
+
+
+def test_components_equal_union_find():
+    rng = random.Random(7)
+    cases = {
+        "sparse": _random_graph(rng, 300, 200),  # many small trees, self-loops, duplicates
+        "dense": _random_graph(rng, 200, 400),  # one giant component and stragglers
+        "stars": [(0, i) for i in range(1, 60)] + [(i, 100) for i in range(60, 99)] + [(59, 60)],
+        "path": [(i, i + 1) for i in range(0, 120)],  # the worst case for label propagation
+        "shuffled_path": _path(rng.sample(range(1000), 150)),
+        "self_loops": [(1, 1), (2, 2), (2, 3), (4, 4), (3, 4)],
+        "strings": [(f"n{rng.randrange(80)}", f"n{rng.randrange(80)}") for _ in range(70)],
+    }
+    with BeamTestPipeline() as p:
+        for name, edges in cases.items():
+            got = (
+                p | f"Create_{name}" >> beam.Create(edges) | f"CC_{name}" >> ConnectedComponents(max_rounds=6)
+            )
+            assert_that(got, equal_to(_expected(edges)), label=f"Check_{name}")
+
+
+def test_components_finish_when_rounds_run_out():
+    # A shuffled path of 400 nodes needs several rounds; with 0 and 1 round the residual
+    # union-find has to finish the job, and the residual counter says so.
+    rng = random.Random(11)
+    order = rng.sample(range(10_000), 400)
+    edges = _path(order) + _random_graph(rng, 10_000, 300)
+    p = beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"]))
+    for rounds in (0, 1, 8):
+        got = (
+            p
+            | f"Create{rounds}" >> beam.Create(edges)
+            | f"CC{rounds}" >> ConnectedComponents(max_rounds=rounds)
+        )
+        assert_that(got, equal_to(_expected(edges)), label=f"Check{rounds}")
+    result = p.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
+    assert counters.get("cc_residual_edges", 0) > 0
+    assert counters.get("cc_round0_large_star_changed", 0) > 0
+
+
+# --------------------------------------------------------------------------- Dedup end to end
+
+
+def _corpus() -> tuple[list[dict], dict]:
+    """Documents with planted duplicates; returns (docs, what was planted)."""
+    rng = random.Random(2024)
+    vocab = _vocab(rng)
+    docs: list[dict] = []
+    planted: dict = {"families": [], "distinct": [], "chain": None}
+    for f in range(8):  # families: a base and 2 lightly edited copies (~0.9 Jaccard)
+        base = _text(rng, vocab, 300)
+        ids = [f"fam{f}-base"] + [f"fam{f}-copy{k}" for k in range(2)]
+        docs.append(_doc(ids[0], " ".join(base)))
+        for i in ids[1:]:
+            docs.append(_doc(i, " ".join(_edit(rng, vocab, base, 3))))
+        planted["families"].append(ids)
+    for i in range(20):
+        docs.append(_doc(f"distinct{i:02d}", " ".join(_text(rng, vocab, rng.randint(50, 300)))))
+        planted["distinct"].append(f"distinct{i:02d}")
+    # Chain: each link shifts a window of 600 words by 50 -> J(A,B) ~ J(B,C) ~ 0.85 but
+    # J(A,C) ~ 0.72, under the verification threshold: only the chain joins A and C.
+    long = _text(rng, vocab, 700)
+    chain = {"chainA": long[0:600], "chainB": long[50:650], "chainC": long[100:700]}
+    for i, w in chain.items():
+        docs.append(_doc(i, " ".join(w)))
+    planted["chain"] = chain
+    # Exact duplicates (case and whitespace), of a family member and of a distinct doc.
+    # (same length, larger id: the base stays the survivor)
+    docs.append(_doc("x-exact-of-fam0", docs[0]["text"].upper().replace(" ", "\n")))
+    src = next(d for d in docs if d["id"] == "distinct05")
+    docs.append(_doc("x-exact-of-distinct05", src["text"].title()))
+    # Quality decides the survivor: the shorter copy with the higher score wins.
+    qbase = _text(rng, vocab, 250)
+    docs.append(_doc("q-long", " ".join(qbase + ["extra", "words"]), quality_score=0.2))
+    docs.append(_doc("q-best", " ".join(_edit(rng, vocab, qbase, 2)), quality_score=0.9))
+    docs.append(_doc("q-none", " ".join(qbase), quality_score=None))
+    # Short texts: a one-shingle near-duplicate pair, a lone word, empty texts.
+    docs.append(_doc("short-a", "Hello, World!"))
+    docs.append(_doc("short-b", "hello world"))
+    docs.append(_doc("short-c", "Goodbye"))
+    docs.append(_doc("empty-1", ""))
+    docs.append(_doc("empty-2", "   \n "))
+    docs.append(_doc("none-text", None))
+    # Already dropped: copies that would win (highest quality) but must not take part.
+    docs.append(_doc("dropped-copy", docs[3]["text"], quality_score=99.0, dropped_by="quality:too_short"))
+    docs.append(_doc("dropped-distinct", " ".join(_text(rng, vocab, 100)), dropped_by="language:not_kept"))
+    return docs, planted
+
+
+@pytest.fixture(scope="module")
+def corpus_result(tmp_path_factory):
+    docs, planted = _corpus()
+    by_id, stats = run_dedup(docs, DedupConfig(), tmp_path_factory.mktemp("dedup"))
+    return docs, planted, by_id, stats
+
+
+def _kept(r: dict) -> bool:
+    return not r["dropped_by"]
+
+
+def test_planted_near_duplicates_found(corpus_result):
+    _docs, planted, by_id, _ = corpus_result
+    for ids in planted["families"]:
+        clusters = {by_id[i]["dup_cluster"] for i in ids}
+        assert len(clusters) == 1 and None not in clusters, ids
+        kept = [i for i in ids if _kept(by_id[i])]
+        assert len(kept) == 1 and by_id[kept[0]]["dup_cluster"] == kept[0]
+        for i in ids:
+            if i != kept[0]:
+                assert by_id[i]["dropped_by"] == "dedup:near_duplicate"
+
+
+def test_distinct_documents_survive(corpus_result):
+    _docs, planted, by_id, _ = corpus_result
+    for i in planted["distinct"]:
+        assert _kept(by_id[i]), i
+        if i != "distinct05":
+            assert by_id[i]["dup_cluster"] is None, i
+    assert _kept(by_id["short-c"]) and by_id["short-c"]["dup_cluster"] is None
+
+
+def test_chain_is_one_cluster(corpus_result):
+    _docs, planted, by_id, _ = corpus_result
+    chain = planted["chain"]
+    sh = {k: shingles(v, 5) for k, v in chain.items()}
+    h = MinHasher(14 * 8)
+    sig = {k: h.signature(v) for k, v in sh.items()}
+    # the premise: A~B and B~C pass verification, A~C does not
+    assert jaccard_estimate(sig["chainA"], sig["chainC"]) < DedupConfig().verify_threshold
+    assert exact_jaccard(sh["chainA"], sh["chainC"]) < 0.75
+    assert (
+        min(jaccard_estimate(sig["chainA"], sig["chainB"]), jaccard_estimate(sig["chainB"], sig["chainC"]))
+        >= 0.75
+    )
+    clusters = {by_id[i]["dup_cluster"] for i in chain}
+    assert len(clusters) == 1 and None not in clusters
+    assert sum(_kept(by_id[i]) for i in chain) == 1
+
+
+def test_exact_duplicates(corpus_result):
+    _docs, _planted, by_id, _ = corpus_result
+    e = by_id["x-exact-of-fam0"]
+    assert e["dropped_by"] == "dedup:exact_duplicate"
+    assert e["dup_cluster"] == by_id["fam0-base"]["dup_cluster"]
+    e = by_id["x-exact-of-distinct05"]
+    assert e["dropped_by"] == "dedup:exact_duplicate"
+    assert e["dup_cluster"] == "distinct05" == by_id["distinct05"]["dup_cluster"]  # same length: smaller id
+    assert _kept(by_id["distinct05"])
+
+
+def test_quality_survivor(corpus_result):
+    _docs, _planted, by_id, _ = corpus_result
+    assert _kept(by_id["q-best"])
+    for i in ("q-long", "q-none", "q-best"):
+        assert by_id[i]["dup_cluster"] == "q-best"
+    assert by_id["q-long"]["dropped_by"] == by_id["q-none"]["dropped_by"] == "dedup:near_duplicate"
+
+
+def test_short_and_empty_texts(corpus_result):
+    _docs, _planted, by_id, _ = corpus_result
+    a, b = by_id["short-a"], by_id["short-b"]
+    assert a["dup_cluster"] == b["dup_cluster"] == "short-a"  # "Hello, World!" is longer
+    assert _kept(a) and b["dropped_by"] == "dedup:near_duplicate"
+    for i in ("empty-1", "empty-2", "none-text"):  # nothing to compare: untouched
+        assert by_id[i]["dropped_by"] is None and by_id[i]["dup_cluster"] is None
+
+
+def test_already_dropped_pass_through(corpus_result):
+    docs, _planted, by_id, _ = corpus_result
+    src = {d["id"]: d for d in docs}
+    for i in ("dropped-copy", "dropped-distinct"):
+        assert by_id[i] == src[i]
+    assert _kept(by_id["fam1-base"]) or _kept(by_id["fam1-copy0"]) or _kept(by_id["fam1-copy1"])
+
+
+def test_cluster_stats(corpus_result):
+    _docs, _planted, by_id, stats = corpus_result
+    members = [r for r in by_id.values() if r["dup_cluster"] is not None]
+    assert stats["members"] == len(members)
+    assert stats["clusters"] == len({r["dup_cluster"] for r in members})
+    assert stats["removed_exact"] == sum(r["dropped_by"] == "dedup:exact_duplicate" for r in members)
+    assert stats["removed_near"] == sum(r["dropped_by"] == "dedup:near_duplicate" for r in members)
+    assert sum(stats["size_histogram"].values()) == stats["clusters"]
+    top = stats["largest"][0]
+    assert top["size"] == max(
+        sum(r["dup_cluster"] == c for r in members) for c in {r["dup_cluster"] for r in members}
+    )
+    assert top["cluster"] in top["member_ids"] or len(top["member_ids"]) == 5
+
+
+def test_rerun_same_survivors(corpus_result, tmp_path):
+    docs, _planted, by_id, _ = corpus_result
+    shuffled = list(docs)
+    random.Random(5).shuffle(shuffled)
+    again, _ = run_dedup(shuffled, DedupConfig(), tmp_path)
+    assert again == by_id
+
+
+def test_variants(tmp_path):
+    docs, planted = _corpus()
+    # Exact only: near copies all survive, exact copies do not.
+    exact_only, _ = run_dedup(docs, DedupConfig(near=False), tmp_path, "exact")
+    assert all(_kept(exact_only[i]) for i in planted["families"][1])
+    assert exact_only["x-exact-of-fam0"]["dropped_by"] == "dedup:exact_duplicate"
+    # Without verification and with no component rounds at all (the residual union-find
+    # does everything), and first_id survivors: the same families, smallest id kept.
+    loose, _ = run_dedup(
+        docs, DedupConfig(verify=False, max_rounds=0, survivor="first_id"), tmp_path, "loose"
+    )
+    for ids in planted["families"]:
+        assert [i for i in ids if _kept(loose[i])] == [min(ids)]
+        assert {loose[i]["dup_cluster"] for i in ids} == {min(ids)}
+    # Disabled: the identity.
+    with BeamTestPipeline() as p:
+        out = p | beam.Create(docs[:5]) | Dedup(DedupConfig(enabled=False)) | beam.Map(lambda d: d["id"])
+        assert_that(out, equal_to([d["id"] for d in docs[:5]]))

@@ -1,0 +1,300 @@
+"""Tests of the HTML main-text extraction core (tokenmill.transforms.html)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tokenmill.transforms.html import Extracted, decode_html, extract_html
+
+ARTICLE = [
+    "The river rose three metres overnight, flooding the lower town and forcing hundreds of families "
+    "to leave their homes before dawn.",
+    "Officials said the water would recede slowly, and that schools, shops and the market would stay "
+    "closed until at least Thursday.",
+    "Volunteers from neighbouring villages brought boats, food and blankets, while engineers checked "
+    "the old stone bridge for damage.",
+]
+
+PAGE = f"""<!DOCTYPE html>
+<html><head><title>Flood in the lower town - Example News</title>
+<style>p {{ color: red; }} .secret {{ display: none }}</style>
+<script>var tracking = "SCRIPT_TEXT";</script></head>
+<body>
+<header class="site-header"><a href="/">Example News</a>
+  <nav><ul><li><a href="/world">World</a></li><li><a href="/sport">Sport</a></li></ul></nav></header>
+<div id="cookie-banner" class="cookie-consent">We use cookies to improve your experience. <a href="#">Accept all</a></div>
+<main>
+<article>
+  <h1>Flood in the lower town</h1>
+  <div class="share-tools"><a href="#">Facebook</a> <a href="#">Twitter</a> <a href="#">Email</a></div>
+  <div class="article-body">
+    <p>{ARTICLE[0]}</p>
+    <p>{ARTICLE[1]}</p>
+    <h2>Help arrives</h2>
+    <p>{ARTICLE[2]}</p>
+  </div>
+</article>
+<section id="comments" class="comments-area">
+  <h3>3 comments</h3>
+  <div class="comment"><p>COMMENT_TEXT: what a terrible night, I hope everyone is safe and dry now, truly.</p></div>
+</section>
+<aside class="sidebar"><h3>Most read</h3><ul><li><a href="/a">SIDEBAR_LINK one</a></li><li><a href="/b">Two</a></li></ul></aside>
+</main>
+<footer><p>Copyright 2024 Example News. FOOTER_TEXT All rights reserved.</p></footer>
+<noscript>NOSCRIPT_TEXT</noscript>
+</body></html>"""
+
+
+def lines(result: Extracted) -> list[str]:
+    assert result.text is not None, result
+    return result.text.split("\n")
+
+
+# --------------------------------------------------------------------------- content and boilerplate
+
+
+def test_main_text_kept_and_boilerplate_removed():
+    r = extract_html(PAGE.encode("utf-8"))
+    assert r.reason is None and r.encoding == "utf-8"
+    out = lines(r)
+    for paragraph in ARTICLE:
+        assert paragraph in out
+    assert "Help arrives" in out  # a subheading inside the article stays, on its own line
+    for junk in (
+        "SCRIPT_TEXT",
+        "color: red",
+        "COMMENT_TEXT",
+        "SIDEBAR_LINK",
+        "FOOTER_TEXT",
+        "NOSCRIPT_TEXT",
+        "cookies",
+        "World",
+        "Facebook",
+        "Most read",
+    ):
+        assert junk not in r.text, junk
+
+
+def test_title_is_metadata_unless_asked_for():
+    r = extract_html(PAGE)
+    assert r.title == "Flood in the lower town"  # the headline, cleaner than <title>
+    assert "Flood in the lower town" not in r.text  # not repeated in the body
+    r = extract_html(PAGE, include_title=True)
+    assert lines(r)[0] == "Flood in the lower town"
+    assert r.text.count("Flood in the lower town") == 1
+
+
+def test_blocks_lines_inline_and_br():
+    html = """<html><body><div class="content">
+      <h2>Heading   here</h2>
+      <p>One <b>bold</b> and <a href="/x">linked</a> and <em>emphasised</em>
+         words, on several     source lines.</p>
+      <ul><li>First item in the list of things</li><li>Second <span>item</span></li></ul>
+      <p>Line one<br>Line two<br/><br>Line three</p>
+      <table><tr><td>cell a</td><td>cell b</td></tr></table>
+      <p>A final paragraph, long enough, with commas, so that this box is the content, clearly.</p>
+    </div></body></html>"""
+    out = lines(extract_html(html))
+    assert "Heading here" in out
+    assert "One bold and linked and emphasised words, on several source lines." in out
+    assert "First item in the list of things" in out and "Second item" in out
+    assert out[out.index("Line one") + 1 : out.index("Line one") + 3] == ["Line two", "Line three"]
+    assert all(line == line.strip() and "  " not in line for line in out)
+
+
+def test_hidden_elements_are_dropped():
+    html = """<html><body><div class="post">
+      <p>Visible paragraph one, with enough words, commas, and length to be the content.</p>
+      <p style="display: none">HIDDEN_STYLE text that no reader sees on the rendered page.</p>
+      <p hidden>HIDDEN_ATTR text that no reader sees on the rendered page either.</p>
+      <span class="sr-only">SR_ONLY</span>
+      <p>Visible paragraph two, with enough words, commas, and length to be the content.</p>
+    </div></body></html>"""
+    r = extract_html(html)
+    assert "Visible paragraph two" in r.text
+    assert "HIDDEN_STYLE" not in r.text and "HIDDEN_ATTR" not in r.text and "SR_ONLY" not in r.text
+
+
+# --------------------------------------------------------------------------- encodings
+
+FRENCH = "Le café crème était très «bon», naïve façade; déjà vu à la fenêtre — où est l’œuvre?"
+JAPANESE = "日本語のテキストです。これはテストのページです。東京は日本の首都です。"
+
+
+def _page(text: str, head: str = "") -> str:
+    return f"<html><head>{head}<title>t</title></head><body><p>{text}</p></body></html>"
+
+
+@pytest.mark.parametrize("head", ['<meta charset="windows-1252">', ""])
+def test_windows_1252(head):
+    r = extract_html(_page(FRENCH, head).encode("cp1252"))
+    assert r.reason is None
+    assert r.text == FRENCH
+    assert r.encoding == "cp1252"
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        '<meta http-equiv="Content-Type" content="text/html; charset=Shift_JIS">',
+        '<meta charset="shift_jis">',
+        "",
+    ],
+)
+def test_shift_jis(head):
+    r = extract_html(_page(JAPANESE, head).encode("shift_jis"))
+    assert r.text == JAPANESE
+    assert r.encoding == "cp932"  # what browsers use for the shift_jis label
+
+
+def test_http_hint_and_a_wrong_hint():
+    raw = _page(JAPANESE).encode("shift_jis")
+    assert extract_html(raw, encoding_hint="Shift_JIS").text == JAPANESE
+    # A server default of ISO-8859-1 is not believed over bytes that are clean Shift_JIS.
+    assert extract_html(raw, encoding_hint="iso-8859-1").text == JAPANESE
+    raw = _page(FRENCH).encode("cp1252")
+    assert extract_html(raw, encoding_hint="iso-8859-1").text == FRENCH
+
+
+def test_other_legacy_encodings_and_boms():
+    russian = "Привет, как дела? Это тестовая страница на русском языке, не правда ли."
+    chinese = "这是一个测试页面，我们在这里写中文，看看能不能正确识别编码。"
+    assert extract_html(_page(russian).encode("koi8-r")).text == russian
+    assert extract_html(_page(russian, '<meta charset="windows-1251">').encode("cp1251")).text == russian
+    assert extract_html(_page(chinese, '<meta charset="gb2312">').encode("gbk")).text == chinese
+    assert extract_html(_page(FRENCH).encode("utf-16")).text == FRENCH
+    assert extract_html(b"\xef\xbb\xbf" + _page(FRENCH).encode("utf-8")).text == FRENCH
+
+
+def test_utf8_wins_over_a_wrong_declaration():
+    raw = _page(FRENCH, '<meta charset="iso-8859-1">').encode("utf-8")
+    r = extract_html(raw, encoding_hint="windows-1252")
+    assert r.text == FRENCH and r.encoding == "utf-8"
+
+
+def test_decode_html_fast_path():
+    text, enc = decode_html(b"<p>plain ascii</p>")
+    assert (text, enc) == ("<p>plain ascii</p>", "utf-8")
+
+
+def test_str_input_with_xml_declaration():
+    r = extract_html('<?xml version="1.0" encoding="iso-8859-1"?>' + _page(FRENCH))
+    assert r.text == FRENCH and r.encoding is None
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20,
+        b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n" + bytes(range(256)) * 20,
+        b"PK\x03\x04\x14\x00\x00\x00" + bytes(range(256)) * 20,
+        bytes((i * 7919) % 256 for i in range(20000)),  # looks random
+        b"<html>" + b"\x00\x01\x02\x03garbage" * 500,
+    ],
+)
+def test_binary_content(raw):
+    assert extract_html(raw).reason == "binary_content"
+
+
+def test_too_large_is_refused_before_parsing():
+    t0 = time.monotonic()
+    r = extract_html(b"<p>" + b"x" * 2000 + b"</p>", max_bytes=1000)
+    assert r == Extracted(None, "too_large")
+    assert time.monotonic() - t0 < 0.1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"   \n\t ",
+        "<html><body></body></html>",
+        b"<html><head><title>x</title><script>var a = 1;</script></head><body><!-- c --></body></html>",
+    ],
+)
+def test_empty_pages(raw):
+    r = extract_html(raw)
+    assert r.text is None and r.reason == "no_text"
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "<html><body>"
+        + "<div>" * 100_000
+        + "deep text at the bottom"
+        + "</div>" * 100_000
+        + "</body></html>",
+        "<html><body>" + "<span><b>" * 50_000 + "deep inline text" + "</body></html>",
+        "<table><tr><td>" * 30_000 + "deep cell",
+    ],
+)
+def test_deep_nesting_finishes_without_recursion(html):
+    t0 = time.monotonic()
+    r = extract_html(html.encode())
+    assert time.monotonic() - t0 < 10
+    assert r.reason in (None, "no_text")
+    if r.text is not None:
+        assert "deep" in r.text
+
+
+def test_timeout_is_cooperative():
+    big = (
+        "<html><body>"
+        + "<div><p>Some paragraph text, with commas, and words.</p><a href='#'>link</a></div>" * 20_000
+    )
+    r = extract_html(big, timeout_s=0.001)
+    assert r.text is None and r.reason == "timeout"
+
+
+@pytest.mark.parametrize("raw", [12345, object(), ["<p>x</p>"]])
+def test_never_raises(raw):
+    assert extract_html(raw).reason == "parse_error"
+
+
+def test_control_characters_and_nul_in_real_html():
+    r = extract_html(
+        b"<html><body><p>Text with a NUL\x00 inside, and a form feed\x0c too, still text.</p></body></html>"
+    )
+    assert r.reason is None and "\x00" not in r.text and "NUL inside" in r.text
+
+
+# --------------------------------------------------------------------------- real pages
+
+
+def _shared_data() -> Path:
+    env = os.environ.get("TOKENMILL_SHARED_DATA")
+    return Path(env) if env else Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+def _token_f1(pred: str | None, gold: str) -> float:
+    p = Counter(re.findall(r"\w+", (pred or "").lower()))
+    g = Counter(re.findall(r"\w+", gold.lower()))
+    tp = sum((p & g).values())
+    if not tp:
+        return 0.0
+    precision, recall = tp / sum(p.values()), tp / sum(g.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def test_scrapinghub_pages_mean_f1():
+    base = _shared_data() / "html_extraction" / "scrapinghub_aeb"
+    if not (base / "ground-truth.json").exists():
+        pytest.skip(f"shared data not found at {base}")
+    truth = json.loads((base / "ground-truth.json").read_text(encoding="utf-8"))
+    scores = []
+    for item_id in sorted(truth)[:10]:
+        raw = gzip.decompress((base / "html" / f"{item_id}.html.gz").read_bytes())
+        scores.append(_token_f1(extract_html(raw).text, truth[item_id]["articleBody"]))
+    assert sum(scores) / len(scores) >= 0.9, scores

@@ -1,0 +1,124 @@
+"""PII redaction: e-mail addresses, phone numbers, IPv4/IPv6 addresses, payment cards
+(Luhn-checked), IBANs (mod-97 checked) and common secret formats, replaced with typed
+placeholders (``<EMAIL>``, ``<PHONE>``, ``<IP>``, ``<CARD>``, ``<IBAN>``, ``<SECRET>``).
+
+Patterns are written to miss version numbers (3.11.2), dates (2024-05-01), prices and plain
+digit runs: phones need a leading ``+`` or the (555) 010-0199 / 555-010-0199 shapes, IPs and
+cards are validated (``ipaddress``, Luhn) before they are replaced.
+
+Unlike the filter stages, redaction also runs on documents an earlier stage dropped: their
+text lands in the docs Parquet too, and must not leak what the survivors do not.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+
+import apache_beam as beam
+
+from tokenmill.config import PiiConfig
+from tokenmill.transforms.stage import count
+
+_SECRET = re.compile(
+    r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}"
+    r"|\bgh[pousr]_[0-9A-Za-z]{30,}|\bgithub_pat_[0-9A-Za-z_]{40,}"
+    r"|\bAKIA[0-9A-Z]{16}\b|\bAIza[0-9A-Za-z_-]{35}\b|\bxox[abprs]-[0-9A-Za-z-]{10,}"
+    r"|\bglpat-[0-9A-Za-z_-]{20,}|\beyJ[0-9A-Za-z_-]{10,}\.[0-9A-Za-z_-]{10,}\.[0-9A-Za-z_-]{10,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----"
+)
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
+# "Not followed by a digit, or by a dot and a digit": a sentence's full stop may follow.
+_CARD = re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d-]|\.\d)")
+_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?!\d|\.\d)")
+_IPV6 = re.compile(r"(?<![0-9A-Za-z:])(?=[0-9A-Fa-f:]*:[0-9A-Fa-f:]*:)[0-9A-Fa-f:]{3,39}(?![0-9A-Za-z:])")
+_PHONE = re.compile(
+    r"(?<![\w+])\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}(?!\w)"
+    r"|(?<!\w)\(\d{3}\) ?\d{3}[ .-]\d{4}(?!\w)"
+    r"|(?<![\w.-])\d{3}[ .-]\d{3}[ .-]\d{4}(?![\w.-])"
+)
+
+
+def luhn_ok(digits: str) -> bool:
+    total, parity = 0, len(digits) % 2
+    for i, ch in enumerate(digits):
+        d = int(ch)
+        if i % 2 == parity:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def iban_ok(candidate: str) -> bool:
+    s = candidate.replace(" ", "")
+    if not 15 <= len(s) <= 34:
+        return False
+    rearranged = s[4:] + s[:4]
+    return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
+
+
+def _card(m: re.Match) -> str | None:
+    digits = re.sub(r"\D", "", m.group())
+    return "<CARD>" if 13 <= len(digits) <= 19 and len(set(digits)) > 1 and luhn_ok(digits) else None
+
+
+def _ip(m: re.Match) -> str | None:
+    try:
+        ipaddress.ip_address(m.group())
+    except ValueError:
+        return None
+    return "<IP>"
+
+
+def _phone(m: re.Match) -> str | None:
+    return "<PHONE>" if len(re.sub(r"\D", "", m.group())) >= 7 else None
+
+
+# Order matters: secrets and e-mails first (they contain digits), cards before phones.
+_KINDS = [
+    ("secret", _SECRET, lambda m: "<SECRET>"),
+    ("email", _EMAIL, lambda m: "<EMAIL>"),
+    ("iban", _IBAN, lambda m: "<IBAN>" if iban_ok(m.group()) else None),
+    ("card", _CARD, _card),
+    ("ip", _IPV4, _ip),
+    ("ip", _IPV6, _ip),
+    ("phone", _PHONE, _phone),
+]
+
+
+def redact(text: str, kinds: list[str]) -> tuple[str, Counter]:
+    """``text`` with PII replaced, and the number of replacements per kind."""
+    found: Counter = Counter()
+    for kind, pattern, check in _KINDS:
+        if kind not in kinds:
+            continue
+
+        def sub(m: re.Match, kind=kind, check=check) -> str:
+            out = check(m)
+            if out is None:
+                return m.group()
+            found[kind] += 1
+            return out
+
+        text = pattern.sub(sub, text)
+    return text, found
+
+
+# ---------------------------------------------------------------- Beam wrapper
+
+
+class PiiFn(beam.DoFn):
+    """Redacts every document that has text, dropped or not (see the module docstring)."""
+
+    def __init__(self, cfg: PiiConfig):
+        self.cfg = cfg
+
+    def process(self, doc):
+        if doc.get("text"):
+            doc["text"], found = redact(doc["text"], self.cfg.kinds)
+            doc["pii"] = dict(found)
+            for kind, n in found.items():
+                count(f"pii.{kind}", n)
+        yield doc

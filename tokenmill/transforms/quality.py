@@ -1,0 +1,219 @@
+"""Quality signals per document and the filters on them (Gopher, C4, FineWeb rules).
+
+Signals are computed once (``signals``), stored as columns in the docs Parquet, and every
+filter reads them (``first_failure``), so a drop always has one ``quality:<rule>`` reason and
+the values that made it fire are on the row. Defaults are datatrove's published ones.
+
+Word splitting depends on the script: languages written without spaces (Chinese, Japanese,
+Thai, ...) count each letter as a word unit, so they are not dropped for having "one word";
+rules that only make sense for space-separated languages (mean word length, stop words)
+are skipped for them (``no_space_langs``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Any
+
+from tokenmill.config import QualityConfig
+from tokenmill.transforms.doc import drop
+from tokenmill.transforms.stage import StageFn
+
+_WORD = re.compile(r"\w+(?:['\u2019-]\w+)*")
+_LETTER = re.compile(r"[^\W\d_]")
+_TERMINAL = (".", "!", "?", '"', "'", "\u3002", "\uff01", "\uff1f", "\u061f", "\u0964", "…")
+_BULLETS = ("•", "●", "○", "▪", "■", "–", "-", "*", "·", "‣", "⁃", "◦", "➤", "→")
+_ELLIPSIS = ("...", "…")
+
+# (column, arrow type) of every signal, in the order they appear in the docs Parquet.
+SIGNALS = [
+    "n_words", "mean_word_len", "symbol_word_ratio", "bullet_line_ratio", "ellipsis_line_ratio",
+    "alpha_word_ratio", "stop_words",
+    "dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac",
+    "top_2gram_frac", "top_3gram_frac", "top_4gram_frac",
+    "dup_5gram_frac", "dup_6gram_frac", "dup_7gram_frac", "dup_8gram_frac", "dup_9gram_frac", "dup_10gram_frac",
+    "terminal_punct_line_ratio", "short_line_ratio", "dup_line_chars_ratio", "newline_word_ratio",
+    "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines",
+    "char_entropy", "word_entropy",
+]
+INT_SIGNALS = {"n_words", "stop_words", "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines"}
+_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+
+
+def words_of(text: str, no_space: bool) -> list[str]:
+    if no_space:
+        # One unit per letter: the honest count for scripts that put no spaces between words.
+        return [ch for ch in text if _LETTER.match(ch)] + [w for w in _WORD.findall(text) if w.isascii()]
+    return _WORD.findall(text)
+
+
+def _dup_stats(items: list[str]) -> tuple[float, float]:
+    """(fraction of items that repeat an earlier one, fraction of characters in those repeats)."""
+    if not items:
+        return 0.0, 0.0
+    seen: set[str] = set()
+    dup = dup_chars = 0
+    for it in items:
+        if it in seen:
+            dup += 1
+            dup_chars += len(it)
+        else:
+            seen.add(it)
+    total_chars = sum(len(i) for i in items) or 1
+    return dup / len(items), dup_chars / total_chars
+
+
+def _top_ngram_frac(words: list[str], n: int) -> float:
+    """Characters covered by the most frequent word n-gram, over all word characters (Gopher)."""
+    if len(words) < n:
+        return 0.0
+    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    gram, count = grams.most_common(1)[0]
+    if count <= 1:
+        return 0.0
+    total = sum(len(w) for w in words) or 1
+    return sum(len(w) for w in gram) * count / total
+
+
+def _dup_ngram_frac(words: list[str], n: int) -> float:
+    """Characters of words inside n-grams that occur more than once (Gopher, non-overlapping)."""
+    if len(words) < n:
+        return 0.0
+    seen: set[tuple[str, ...]] = set()
+    covered = [False] * len(words)
+    i = 0
+    while i <= len(words) - n:
+        gram = tuple(words[i:i + n])
+        if gram in seen:
+            for j in range(i, i + n):
+                covered[j] = True
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    total = sum(len(w) for w in words) or 1
+    return sum(len(w) for w, c in zip(words, covered) if c) / total
+
+
+def _entropy(counts: Counter) -> float:
+    total = sum(counts.values())
+    if not total:
+        return 0.0
+    return -sum(c / total * math.log2(c / total) for c in counts.values())
+
+
+def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
+    no_space = (lang or "") in cfg.no_space_langs
+    words = words_of(text, no_space)
+    lower_words = [w.lower() for w in words]
+    n_words = len(words)
+    lines = [ln.strip() for ln in text.split("\n")]
+    lines = [ln for ln in lines if ln]
+    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    n_lines = len(lines) or 1
+    stops = cfg.stop_words.get(lang or "", [])
+    s: dict[str, Any] = {
+        "n_words": n_words,
+        "mean_word_len": (sum(len(w) for w in words) / n_words) if n_words else 0.0,
+        "symbol_word_ratio": (text.count("#") + sum(text.count(e) for e in _ELLIPSIS)) / max(n_words, 1),
+        "bullet_line_ratio": sum(ln.startswith(_BULLETS) for ln in lines) / n_lines,
+        "ellipsis_line_ratio": sum(ln.endswith(_ELLIPSIS) for ln in lines) / n_lines,
+        "alpha_word_ratio": (sum(bool(_LETTER.search(w)) for w in words) / n_words) if n_words else 0.0,
+        "stop_words": sum(w in stops for w in lower_words) if stops else 0,
+    }
+    s["dup_line_frac"], s["dup_line_char_frac"] = _dup_stats(lines)
+    s["dup_para_frac"], s["dup_para_char_frac"] = _dup_stats(paras)
+    for n in (2, 3, 4):
+        s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n)
+    for n in range(5, 11):
+        s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n)
+    # FineWeb rules.
+    s["terminal_punct_line_ratio"] = sum(ln.endswith(_TERMINAL) for ln in lines) / n_lines
+    s["short_line_ratio"] = sum(len(ln) <= cfg.fineweb_short_line_chars for ln in lines) / n_lines
+    s["dup_line_chars_ratio"] = s["dup_line_char_frac"] * sum(len(ln) for ln in lines) / max(len(text.replace("\n", "")), 1)
+    s["newline_word_ratio"] = text.count("\n") / max(n_words, 1)
+    # C4 rules.
+    low = text.lower()
+    s["c4_lorem_ipsum"] = int("lorem ipsum" in low)
+    s["c4_curly_bracket"] = int("{" in text)
+    s["c4_javascript_lines"] = sum("javascript" in ln.lower() for ln in lines)
+    s["c4_policy_lines"] = sum(any(p in ln.lower() for p in _POLICY) for ln in lines)
+    s["char_entropy"] = _entropy(Counter(text.replace("\n", "").replace(" ", "")))
+    s["word_entropy"] = _entropy(Counter(lower_words))
+    return s
+
+
+def first_failure(s: dict[str, Any], lang: str | None, cfg: QualityConfig) -> str | None:
+    """The first rule ``s`` breaks (the drop reason), or None. Order: Gopher quality,
+    Gopher repetition, C4, FineWeb; each family can be switched off."""
+    no_space = (lang or "") in cfg.no_space_langs
+    g = cfg.gopher
+    if g.enabled:
+        if s["n_words"] < g.min_words:
+            return "gopher_min_words"
+        if s["n_words"] > g.max_words:
+            return "gopher_max_words"
+        if not no_space and not g.min_mean_word_len <= s["mean_word_len"] <= g.max_mean_word_len:
+            return "gopher_mean_word_len"
+        if s["symbol_word_ratio"] > g.max_symbol_word_ratio:
+            return "gopher_symbol_ratio"
+        if s["bullet_line_ratio"] > g.max_bullet_lines:
+            return "gopher_bullet_lines"
+        if s["ellipsis_line_ratio"] > g.max_ellipsis_lines:
+            return "gopher_ellipsis_lines"
+        if s["alpha_word_ratio"] < g.min_alpha_words:
+            return "gopher_alpha_words"
+        if (lang or "") in cfg.stop_words and s["stop_words"] < g.min_stop_words:
+            return "gopher_stop_words"
+    r = cfg.repetition
+    if r.enabled:
+        for key, limit in (("dup_line_frac", r.dup_line_frac), ("dup_para_frac", r.dup_para_frac),
+                           ("dup_line_char_frac", r.dup_line_char_frac), ("dup_para_char_frac", r.dup_para_char_frac)):
+            if s[key] > limit:
+                return f"gopher_{key}"
+        for n, limit in zip((2, 3, 4), r.top_ngram_fracs):
+            if s[f"top_{n}gram_frac"] > limit:
+                return f"gopher_top_{n}gram"
+        for n, limit in zip(range(5, 11), r.dup_ngram_fracs):
+            if s[f"dup_{n}gram_frac"] > limit:
+                return f"gopher_dup_{n}gram"
+    c = cfg.c4
+    if c.enabled:
+        if c.drop_lorem_ipsum and s["c4_lorem_ipsum"]:
+            return "c4_lorem_ipsum"
+        if c.drop_curly_bracket and s["c4_curly_bracket"]:
+            return "c4_curly_bracket"
+        if c.drop_javascript and s["c4_javascript_lines"] and s["n_words"] < c.javascript_max_words:
+            return "c4_javascript"
+    f = cfg.fineweb
+    if f.enabled:
+        if s["terminal_punct_line_ratio"] < f.min_terminal_punct_lines:
+            return "fineweb_terminal_punct"
+        if s["short_line_ratio"] > f.max_short_lines:
+            return "fineweb_short_lines"
+        if s["dup_line_chars_ratio"] > f.max_dup_line_chars:
+            return "fineweb_dup_line_chars"
+        if s["newline_word_ratio"] > f.max_newline_word_ratio:
+            return "fineweb_newlines_per_word"
+    return None
+
+
+def quality_score(s: dict[str, Any], lang_score: float | None) -> float:
+    """A single number to choose the dedup survivor by: fewer repeats, more prose."""
+    return round((lang_score or 0.5) * (1 - s["dup_line_frac"]) * min(1.0, s["terminal_punct_line_ratio"] + 0.5), 6)
+
+
+class QualityFn(StageFn):
+    stage = "quality"
+
+    def __init__(self, cfg: QualityConfig):
+        self.cfg = cfg
+
+    def apply(self, doc):
+        s = signals(doc["text"], doc.get("lang"), self.cfg)
+        doc.update(s)
+        doc["quality_score"] = quality_score(s, doc.get("lang_score"))
+        reason = first_failure(s, doc.get("lang"), self.cfg)
+        return drop(doc, self.stage, reason) if reason else doc
