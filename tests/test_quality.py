@@ -1,0 +1,129 @@
+"""Every quality rule on small hand-written texts, including non-English and CJK."""
+
+import pytest
+
+from tokenmill.config import QualityConfig
+from tokenmill.transforms.quality import first_failure, signals
+
+CFG = QualityConfig()
+PROSE = ("The river runs past the old mill and into the town. People have lived along its banks for "
+         "a very long time, and they still fish there with their children on quiet mornings. ")
+
+
+def verdict(text, lang="en", cfg=CFG):
+    return first_failure(signals(text, lang, cfg), lang, cfg)
+
+
+SENTENCES = [
+    "The river runs past the old mill and into the town.",
+    "People have lived along its banks for a very long time.",
+    "On quiet mornings they still fish there with their children.",
+    "In spring the water rises and covers the lower meadows.",
+    "Farmers move their sheep to the hills before the flood arrives.",
+    "The mill itself was rebuilt twice, once after a fire and once after a storm.",
+    "Today it houses a small museum that explains how grain was ground.",
+    "Visitors can watch the wheel turn and buy bread baked on site.",
+    "A footpath follows the river to the next village, about six kilometres away.",
+    "Along the way there are benches, a few old oaks and a ruined chapel.",
+    "Local volunteers keep the path clear and repair the wooden bridges.",
+    "Every summer the town holds a festival with music, boats and food stalls.",
+    "Children race paper boats from the mill to the stone bridge.",
+    "The winner gets a cake and has their name painted on a board in the square.",
+]
+
+
+def para(i):
+    return " ".join(SENTENCES[(i * 3 + k) % len(SENTENCES)] for k in range(3))
+
+
+GOOD = "\n\n".join(" ".join(SENTENCES[i:i + 2]) for i in range(0, len(SENTENCES), 2))
+
+
+def test_good_english_prose_passes():
+    assert verdict(GOOD) is None
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("Too short to be a document at all.", "gopher_min_words"),
+    ("\n".join(f"supercalifragilisticexpialidocious{i} extraordinarilyunbelievable{i}." for i in range(40)),
+     "gopher_mean_word_len"),
+    (GOOD + "\n" + " ".join("#tag" for _ in range(60)), "gopher_symbol_ratio"),
+    ("\n".join(f"• item number {i} of the and to of with list here." for i in range(60)), "gopher_bullet_lines"),
+    ("\n".join(f"Line {i} the story goes on and on with the river and that..." for i in range(40)),
+     "gopher_ellipsis_lines"),
+    (" ".join(f"the {i * 7} river {i}" for i in range(60)) + ".", "gopher_alpha_words"),
+    (" ".join(["Lorem dolor sit amet consectetur adipiscing elit sed do eiusmod tempor."] * 1)
+     + " " + " ".join(f"word{i}x" for i in range(60)) + ".", "gopher_stop_words"),
+])
+def test_gopher_quality_rules(text, reason):
+    assert verdict(text) == reason
+
+
+def test_gopher_repetition_rules():
+    repeated_lines = "\n".join([PROSE.strip()] * 10 + [GOOD])
+    assert verdict(repeated_lines).startswith("gopher_dup_")
+    spam = " ".join(["buy cheap shoes online"] * 40) + " " + PROSE
+    assert verdict(spam) in ("gopher_top_2gram", "gopher_top_3gram", "gopher_top_4gram", "gopher_dup_5gram")
+    s = signals(spam, "en", CFG)
+    assert s["top_2gram_frac"] > 0.2 and s["dup_5gram_frac"] > 0.15
+
+
+def test_c4_rules():
+    assert verdict(GOOD + "\n\nLorem ipsum dolor sit amet.") == "c4_lorem_ipsum"
+    assert verdict(GOOD + "\n\nfunction f() { return 1; }") == "c4_curly_bracket"
+    js = ("Please enable JavaScript in your browser to view this page. The site needs it for the map, "
+          "the search and the comments, and without it nothing will load at all for you or for the others.\n") * 1
+    js += " ".join(SENTENCES[:4])
+    assert verdict(js) == "c4_javascript"
+
+
+def test_fineweb_rules():
+    no_punct = GOOD.replace(".", "")
+    assert verdict(no_punct) == "fineweb_terminal_punct"
+    short = GOOD + "\n" + "\n".join(f"{w.strip('.,').capitalize()} now." for w in set(" ".join(SENTENCES).split()))
+    assert verdict(short) == "fineweb_short_lines"
+    one_dup = GOOD + "\n" + "\n".join(["Share this article with your friends and the family today."] * 2)
+    assert verdict(one_dup) == "fineweb_dup_line_chars"
+    many_lines = "\n".join(f"the {w}." for w in PROSE.split()) * 2
+    s = signals(many_lines, "en", CFG)
+    assert s["newline_word_ratio"] > 0.3
+
+
+def test_cjk_is_not_one_word():
+    ja = ("土鍋でご飯を炊くと、電気炊飯器とは違う香ばしさが出ます。まず米を研いで三十分ほど水に浸します。"
+          "火加減は最初は中火で、沸騰したら弱火にして十五分ほど炊きます。最後に火を止めて十分蒸らします。\n") * 1
+    ja += "おこげができたら成功です。家族みんなで食べると、いつもより美味しく感じられます。"
+    s = signals(ja, "ja", CFG)
+    assert s["n_words"] > 100
+    assert verdict(ja, "ja") is None  # mean word length and stop words are skipped for ja
+    zh = ("电饭煲的评测结果显示，这款产品煮饭均匀，米饭口感软硬适中。价格合理，操作简单，适合家庭使用。"
+          "我们连续两周每天用它做早饭和晚饭，内胆没有粘锅，清洗也很方便。缺点是预约功能的按钮有点小。")
+    assert signals(zh, "zh", CFG)["n_words"] > 50 and verdict(zh, "zh") is None
+
+
+def test_german_stop_words_and_russian_without_list():
+    de = ("Der Fluss fließt an der alten Mühle vorbei und mündet in der Stadt. Die Menschen leben seit langer Zeit "
+          "an seinen Ufern und angeln dort an ruhigen Morgen mit ihren Kindern.\n\nIm Frühling steigt das Wasser "
+          "und überflutet die Wiesen. Die Bauern bringen ihre Schafe vorher auf die Hügel. Die Mühle wurde zweimal "
+          "neu gebaut, einmal nach einem Brand und einmal nach einem Sturm. Heute ist darin ein kleines Museum, "
+          "das erklärt, wie früher Getreide gemahlen wurde. Besucher sehen das Rad und kaufen Brot aus dem Ofen.")
+    assert verdict(de, "de") is None and signals(de, "de", CFG)["stop_words"] >= 2
+    ru = ("Река течёт мимо старой мельницы и впадает в озеро за городом. Люди живут на её берегах уже много "
+          "веков и по утрам ловят рыбу вместе с детьми.\n\nВесной вода поднимается и заливает нижние луга. "
+          "Крестьяне заранее уводят овец на холмы. Мельницу перестраивали дважды: после пожара и после бури. "
+          "Сегодня в ней работает небольшой музей, где рассказывают, как раньше мололи зерно. Посетители "
+          "смотрят на колесо и покупают свежий хлеб, испечённый прямо здесь.")
+    assert verdict(ru, "ru") is None  # no Russian stop-word list: that rule does not apply
+
+
+def test_thresholds_are_config_and_families_can_be_off():
+    text = "Too short to be a document at all."
+    cfg = QualityConfig(gopher={"min_words": 3}, fineweb={"enabled": False})
+    assert verdict(text, cfg=cfg) is None
+    assert QualityConfig(repetition={"enabled": False}).repetition.enabled is False
+
+
+def test_entropy_signals():
+    s = signals(GOOD, "en", CFG)
+    assert 3.5 < s["char_entropy"] < 5.5 and s["word_entropy"] > 4
+    assert signals("aaaa aaaa aaaa", "en", CFG)["char_entropy"] == 0.0
