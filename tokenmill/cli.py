@@ -68,7 +68,8 @@ def _print_report(report_path: str, console) -> None:
 
     print_summary(_load_report(report_path), console)
     out = report_path.rsplit("/report/", 1)[0]
-    console.print(f"cleaned docs: {out}/docs/   report: {report_path}")
+    console.print(f"cleaned docs: {out}/docs/   shards: {out}/manifest.json\n"
+                  f"report: {out}/report/report.html (data: {report_path})")
 
 
 def cmd_report(args: argparse.Namespace, _: list[str]) -> int:

@@ -9,6 +9,7 @@ merge and finish it; ``ReportFn`` only wires them into Beam.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import apache_beam as beam
@@ -18,20 +19,40 @@ from apache_beam.io.filesystems import FileSystems
 STAGES = ["read", "extract", "normalize", "language", "quality", "pii", "dedup", "tokenize", "shards"]
 SAMPLE_CHARS = 600
 
+# Signals shown as kept-vs-dropped histograms: (low, high, bins, log10 scale).
+HISTOGRAMS = {
+    "n_words": (0.0, 5.0, 25, True),
+    "mean_word_len": (0.0, 15.0, 30, False),
+    "lang_score": (0.0, 1.0, 20, False),
+    "terminal_punct_line_ratio": (0.0, 1.0, 20, False),
+    "short_line_ratio": (0.0, 1.0, 20, False),
+    "dup_line_frac": (0.0, 1.0, 20, False),
+    "top_2gram_frac": (0.0, 1.0, 20, False),
+    "alpha_word_ratio": (0.0, 1.0, 20, False),
+    "char_entropy": (0.0, 8.0, 32, False),
+    "n_tokens": (0.0, 6.0, 24, True),
+}
+SAMPLE_SIGNALS = ["n_words", "mean_word_len", "lang", "lang_score", "terminal_punct_line_ratio", "short_line_ratio",
+                  "dup_line_frac", "top_2gram_frac", "alpha_word_ratio", "stop_words", "symbol_word_ratio",
+                  "bullet_line_ratio", "ellipsis_line_ratio", "char_entropy", "dup_cluster"]
+
+
+def bin_of(value: float, spec: tuple) -> int:
+    lo, hi, n, log = spec
+    x = math.log10(max(value, 0) + 1) if log else value
+    return min(n - 1, max(0, int((x - lo) / (hi - lo) * n)))
+
 
 def new_acc() -> dict[str, Any]:
-    return {"docs": 0, "kept": 0, "chars_kept": 0, "tokens_kept": 0, "dropped": {}, "langs": {}, "samples": {}}
+    return {"docs": 0, "kept": 0, "chars_kept": 0, "tokens_kept": 0, "words_kept": 0, "entropy_sum": 0.0,
+            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}}
 
 
 def _sample(doc: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": doc.get("id"),
-        "url": doc.get("url"),
-        "source": doc.get("source"),
-        "lang": doc.get("lang"),
-        "lang_score": doc.get("lang_score"),
-        "text": (doc.get("text") or "")[:SAMPLE_CHARS],
-    }
+    out = {"id": doc.get("id"), "url": doc.get("url"), "source": doc.get("source")}
+    out["signals"] = {k: doc[k] for k in SAMPLE_SIGNALS if doc.get(k) is not None}
+    out["text"] = (doc.get("text") or "")[:SAMPLE_CHARS]
+    return out
 
 
 def _keep_samples(samples: list[dict], n: int) -> list[dict]:
@@ -42,6 +63,14 @@ def _keep_samples(samples: list[dict], n: int) -> list[dict]:
 def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[str, Any]:
     acc["docs"] += 1
     reason = doc.get("dropped_by")
+    for kind, n in (doc.get("pii") or {}).items():
+        acc["pii"][kind] = acc["pii"].get(kind, 0) + n
+    side = "dropped" if reason else "kept"
+    for name, spec in HISTOGRAMS.items():
+        value = doc.get(name)
+        if value is not None:
+            h = acc["hist"].setdefault(name, {"kept": [0] * spec[2], "dropped": [0] * spec[2]})
+            h[side][bin_of(float(value), spec)] += 1
     if reason:
         acc["dropped"][reason] = acc["dropped"].get(reason, 0) + 1
         if n_samples:
@@ -53,6 +82,8 @@ def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[st
         acc["kept"] += 1
         acc["chars_kept"] += len(doc.get("text") or "")
         acc["tokens_kept"] += doc.get("n_tokens") or 0
+        acc["words_kept"] += doc.get("n_words") or 0
+        acc["entropy_sum"] += doc.get("char_entropy") or 0.0
         lang = doc.get("lang") or "und"
         acc["langs"][lang] = acc["langs"].get(lang, 0) + 1
     return acc
@@ -65,9 +96,15 @@ def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
         out["kept"] += a["kept"]
         out["chars_kept"] += a["chars_kept"]
         out["tokens_kept"] += a["tokens_kept"]
-        for key in ("dropped", "langs"):
+        out["words_kept"] += a["words_kept"]
+        out["entropy_sum"] += a["entropy_sum"]
+        for key in ("dropped", "langs", "pii"):
             for k, v in a[key].items():
                 out[key][k] = out[key].get(k, 0) + v
+        for name, h in a["hist"].items():
+            mine = out["hist"].setdefault(name, {"kept": [0] * len(h["kept"]), "dropped": [0] * len(h["kept"])})
+            for side in ("kept", "dropped"):
+                mine[side] = [x + y for x, y in zip(mine[side], h[side])]
         for reason, samples in a["samples"].items():
             out["samples"][reason] = _keep_samples(out["samples"].get(reason, []) + samples, n_samples)
     return out
@@ -96,9 +133,27 @@ def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None 
         "dropped_by": dropped,
         "languages": dict(sorted(acc["langs"].items(), key=lambda kv: (-kv[1], kv[0]))),
         "samples": {r: len(s) for r, s in sorted(acc["samples"].items())},
+        "pii_redactions": dict(sorted(acc["pii"].items())),
+        "histograms": {name: {"low": HISTOGRAMS[name][0], "high": HISTOGRAMS[name][1], "log10": HISTOGRAMS[name][3],
+                              **h} for name, h in acc["hist"].items()},
+        "corpus_metrics": corpus_metrics(acc),
     }
     report.update(extra or {})
     return report
+
+
+def corpus_metrics(acc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The seed recipes' corpus metrics over survivors, each with its target."""
+    kept = acc["kept"] or 1
+    rows = []
+    if acc["words_kept"]:
+        rows.append({"metric": "character entropy (bits/char, mean over docs)", "value": round(acc["entropy_sum"] / kept, 3),
+                     "target": "3.5 - 5.5 for alphabetic scripts", "ok": 3.5 <= acc["entropy_sum"] / kept <= 5.5})
+    if acc["words_kept"] and acc["tokens_kept"]:
+        fert = acc["tokens_kept"] / acc["words_kept"]
+        rows.append({"metric": "token fertility (tokens per word)", "value": round(fert, 3),
+                     "target": "<= 2.0", "ok": fert <= 2.0})
+    return rows
 
 
 def sample_file_name(reason: str) -> str:
@@ -113,6 +168,10 @@ def write_report(acc: dict[str, Any], report_dir: str, stages: list[str], extra:
         path = FileSystems.join(report_dir, "samples", sample_file_name(reason))
         with FileSystems.create(path) as fh:
             fh.write("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in samples).encode("utf-8"))
+    from tokenmill.transforms.report_html import render
+
+    with FileSystems.create(FileSystems.join(report_dir, "report.html")) as fh:
+        fh.write(render(report, acc["samples"]).encode("utf-8"))
     path = FileSystems.join(report_dir, "report.json")
     with FileSystems.create(path) as fh:
         fh.write(json.dumps(report, indent=2, ensure_ascii=False).encode("utf-8"))
@@ -159,3 +218,11 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     langs = list(report["languages"].items())[:12]
     if langs:
         console.print("Languages kept: " + ", ".join(f"{k} {v:,}" for k, v in langs))
+    if report.get("tokens_kept"):
+        console.print(f"Tokens kept: {report['tokens_kept']:,}")
+    if report.get("pii_redactions"):
+        console.print("PII redacted: " + ", ".join(f"{k} {v:,}" for k, v in report["pii_redactions"].items()))
+    dedup = report.get("dedup")
+    if dedup:
+        console.print(f"Duplicates: {dedup['clusters']:,} clusters, removed {dedup['removed_exact']:,} exact + "
+                      f"{dedup['removed_near']:,} near")

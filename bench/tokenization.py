@@ -11,27 +11,22 @@ A byte-level BPE of 32k is trained on them first (not timed).
   figure is printed too.
 - shard write: ``shard_bytes`` + atomic write of synthetic token rows to a temp folder.
 
-    python bench/tokenize.py [--docs 20000]
+    python bench/tokenization.py [--docs 20000]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import random
 import sys
+import tempfile
+import time
+from pathlib import Path
 
-# This file is named like the stdlib module `tokenize`: drop its folder from the import path
-# before anything imports the real one.
-sys.path[:] = [p for p in sys.path if p not in ("", __file__.rsplit("/", 1)[0])]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import apache_beam as beam  # noqa: E402
-import numpy as np  # noqa: E402
+import apache_beam as beam
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))

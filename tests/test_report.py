@@ -1,0 +1,82 @@
+"""The report: exact counts from the combiner, and the page as a person sees it (headless Chromium)."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import run_prepare
+from tokenmill.transforms.report import add_doc, finish, funnel, merge, new_acc
+
+
+def test_counts_merge_and_funnel():
+    docs = [{"id": f"d{i}", "text": "x" * i, "lang": "en", "dropped_by": None, "n_words": i} for i in range(5)]
+    docs += [{"id": "q", "text": "short", "dropped_by": "quality:gopher_min_words", "n_words": 1},
+             {"id": "r", "text": None, "dropped_by": "read:invalid_json"}]
+    a, b = new_acc(), new_acc()
+    for i, d in enumerate(docs):
+        add_doc(a if i % 2 else b, d, n_samples=2)
+    acc = merge([a, b], 2)
+    rep = finish(acc, ["read", "extract", "quality"])
+    assert rep["documents"] == {"read": 7, "kept": 5, "dropped": 2}
+    assert rep["languages"] == {"en": 5} and rep["chars_kept"] == 10
+    assert [f["out"] for f in rep["funnel"]] == [6, 6, 5]
+    assert sum(rep["histograms"]["n_words"]["kept"]) == 5 and sum(rep["histograms"]["n_words"]["dropped"]) == 1
+    assert funnel({"dedup:near_duplicate": 1}, 3, ["read"])[-1] == {
+        "stage": "dedup", "in": 3, "dropped": 1, "out": 2, "reasons": {"near_duplicate": 1}}
+
+
+@pytest.fixture(scope="module")
+def sample_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "out"
+    rc, rows, report = run_prepare(out, [], sets=["tokenize.vocab_size=1000"])
+    assert rc == 0
+    return out, rows, report
+
+
+def test_report_json_and_samples(sample_out):
+    out, rows, report = sample_out
+    assert report["documents"]["read"] == len(rows)
+    for reason, n in report["samples"].items():
+        lines = (out / "report" / "samples" / (reason.replace(":", "-") + ".jsonl")).read_text().splitlines()
+        assert len(lines) == n and all(json.loads(x)["id"] for x in lines)
+    q = [r for r in report["samples"] if r.startswith("quality:")]
+    assert q, "the sample corpus has junk that quality filters drop"
+    first = json.loads((out / "report" / "samples" / (q[0].replace(":", "-") + ".jsonl")).read_text().splitlines()[0])
+    assert "n_words" in first["signals"]  # the values that made the filter fire
+    assert report["dedup"]["removed_exact"] >= 1 and report["pii_redactions"]["email"] >= 1
+
+
+def test_report_page_is_self_contained(sample_out):
+    page = (sample_out[0] / "report" / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # no CDN, works offline
+    for section in ("funnel", "reasons", "languages", "signals", "metrics", "pii", "dedup", "samples"):
+        assert f'id="{section}"' in page
+
+
+def test_terminal_summary(sample_out, capsys):
+    from tokenmill.cli import main
+
+    assert main(["report", str(sample_out[0])]) == 0
+    text = capsys.readouterr().out
+    assert "Funnel" in text and "report.html" in text
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium not installed (apt-get install chromium)")
+def test_report_renders_in_headless_chromium(sample_out, tmp_path):
+    page = sample_out[0] / "report" / "report.html"
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    shot = tmp_path / "report.png"
+    run = subprocess.run(flags + ["--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 30_000, run.stderr[-2000:]
+    assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr  # no console errors
+    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert dom.count("<svg") >= 5 and "Funnel" in dom

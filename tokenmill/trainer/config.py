@@ -1,0 +1,202 @@
+"""The trainer's one validated configuration: YAML file, then ``--set key=value`` overrides.
+
+Same style as the pipeline config (tokenmill/config.py): pydantic models with
+``extra="forbid"``, so an unknown key or a bad value is one readable line (a UserError),
+raised before any process group, model or loader exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tokenmill.config import _format_validation_error, parse_set
+from tokenmill.errors import UserError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# Llama-style shapes. 1b follows Llama-3.2-1B (16 x 2048, 32 heads, 8 KV heads, FFN 8192).
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"n_layers": 2, "d_model": 128, "n_heads": 4, "n_kv_heads": 4, "ffn_hidden": 384},
+    "125m": {"n_layers": 12, "d_model": 768, "n_heads": 12, "n_kv_heads": 12, "ffn_hidden": 2048},
+    "350m": {"n_layers": 24, "d_model": 1024, "n_heads": 16, "n_kv_heads": 16, "ffn_hidden": 2816},
+    "1b": {"n_layers": 16, "d_model": 2048, "n_heads": 32, "n_kv_heads": 8, "ffn_hidden": 8192},
+}
+
+
+class ModelConfig(_Section):
+    # A preset gives every dimension; any dimension set explicitly overrides the preset's.
+    preset: Literal["tiny", "125m", "350m", "1b"] | None = "tiny"
+    n_layers: int | None = Field(default=None, ge=1, le=1024)
+    d_model: int | None = Field(default=None, ge=8)
+    n_heads: int | None = Field(default=None, ge=1)
+    n_kv_heads: int | None = Field(default=None, ge=1)  # < n_heads: grouped-query attention
+    ffn_hidden: int | None = Field(default=None, ge=1)  # SwiGLU hidden size; None: 8/3 d rounded up to 256
+    rope_theta: float = Field(default=10_000.0, gt=0)
+    norm_eps: float = Field(default=1e-5, gt=0)
+
+    def dims(self) -> dict[str, int]:
+        """The resolved shape: preset values overridden by explicit ones; one clear error when incomplete."""
+        base = dict(PRESETS[self.preset]) if self.preset else {}
+        for k in ("n_layers", "d_model", "n_heads", "n_kv_heads", "ffn_hidden"):
+            v = getattr(self, k)
+            if v is not None:
+                base[k] = v
+        missing = [k for k in ("n_layers", "d_model", "n_heads") if k not in base]
+        if missing:
+            raise UserError(f"bad config: model.{missing[0]} is required when model.preset is not set")
+        if self.n_heads is not None and self.n_kv_heads is None:
+            base["n_kv_heads"] = base["n_heads"]  # explicit heads without KV heads: plain multi-head
+        base.setdefault("n_kv_heads", base["n_heads"])
+        if "ffn_hidden" not in base or (self.d_model is not None and self.ffn_hidden is None):
+            base["ffn_hidden"] = 256 * -(-int(8 * base["d_model"] / 3) // 256)
+        d, h, kv = base["d_model"], base["n_heads"], base["n_kv_heads"]
+        if d % h or (d // h) % 2:
+            raise UserError(f"bad config: model.d_model ({d}) must be divisible by model.n_heads ({h}) into an even head size")
+        if h % kv:
+            raise UserError(f"bad config: model.n_heads ({h}) must be a multiple of model.n_kv_heads ({kv})")
+        return base
+
+
+class DataConfig(_Section):
+    # Prepared outputs (`tokenmill prepare --output ...`); `--data` on the command line replaces this.
+    paths: list[str] = []
+    # Mixture weights, one per path (normalised); empty: equal weights.
+    weights: list[float] = []
+    seq_len: int = Field(default=1024, ge=2, le=1 << 20)
+    # Per-document attention (block-diagonal causal mask) and RoPE positions reset at each
+    # document start. Off: documents attend across EOS, as in GPT-2/Llama pretraining.
+    doc_mask: bool = False
+    num_workers: int = Field(default=2, ge=0, le=64)
+    prefetch_factor: int = Field(default=4, ge=1)
+    # sha256 of every shard against the manifest before training (false: sizes only).
+    verify_checksums: bool = True
+
+    @model_validator(mode="after")
+    def _weights(self):
+        if any(w < 0 for w in self.weights) or (self.weights and sum(self.weights) <= 0):
+            raise ValueError("data.weights must be non-negative with a positive sum")
+        return self
+
+
+class TrainConfig(_Section):
+    steps: int = Field(default=1000, ge=1)
+    micro_batch: int = Field(default=8, ge=1)  # sequences per rank per micro-step
+    grad_accum: int = Field(default=1, ge=1)
+    # Skip the gradient reduce-scatter on non-final micro-steps: less communication, but
+    # every rank then holds unsharded fp32 gradients until the last micro-step.
+    skip_sync: bool = False
+    grad_clip: float = Field(default=1.0, gt=0)
+    # Non-finite loss or grad norm: the step is skipped; this many in a row stops the run.
+    max_bad_steps: int = Field(default=20, ge=1)
+    log_every: int = Field(default=10, ge=1)  # console progress line (metrics.jsonl gets every step)
+
+
+class OptimConfig(_Section):
+    lr: float = Field(default=3e-4, gt=0)
+    # None: warmup_frac of train.steps.
+    warmup_steps: int | None = Field(default=None, ge=0)
+    warmup_frac: float = Field(default=0.05, ge=0, le=1)
+    # Warmup rises linearly from lr*warmup_start_frac to lr; cosine then decays to lr*final_frac.
+    warmup_start_frac: float = Field(default=0.1, ge=0, le=1)
+    final_frac: float = Field(default=0.01, ge=0, le=1)
+    weight_decay: float = Field(default=0.1, ge=0)  # never on norms and biases
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    eps: float = Field(default=1e-8, gt=0)
+
+
+class ParallelConfig(_Section):
+    # Activation checkpointing on every N-th block (1: every block, 2: every other, 0: off).
+    activation_checkpointing: int = Field(default=0, ge=0)
+    cpu_offload: bool = False  # FSDP CPUOffloadPolicy: sharded params, grads and optimizer on CPU
+    compile: bool = False  # torch.compile each block
+    reshard_after_forward: bool = True  # False: more memory, no all-gather in backward
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(default=1000, ge=0)  # steps; 0: off
+    every_minutes: float = Field(default=60.0, ge=0)  # wall clock; 0: off
+    keep: int = Field(default=3, ge=1)  # newest step-N checkpoints kept (best/ is extra)
+    best: bool = True  # keep best/ on validation loss
+
+
+class EvalConfig(_Section):
+    every: int = Field(default=500, ge=0)  # steps; 0: only at the end
+    samples: int = Field(default=256, ge=1)  # validation windows (the first ones of the val split)
+
+
+class MetricsConfig(_Section):
+    tensorboard: bool = True  # RUN/tb/ when tensorboard is installed
+    # Peak FLOP/s of one device for MFU; None: looked up from the GPU name (no MFU on CPU).
+    peak_flops: float | None = Field(default=None, gt=0)
+
+
+class ExportConfig(_Section):
+    enabled: bool = True  # RUN/hf/ at the end of training
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+class TrainJobConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    # auto: bf16 on a GPU that has it, else fp32.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    optim: OptimConfig = OptimConfig()
+    parallel: ParallelConfig = ParallelConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval: EvalConfig = EvalConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    export: ExportConfig = ExportConfig()
+
+    def warmup(self) -> int:
+        w = self.optim.warmup_steps if self.optim.warmup_steps is not None else round(self.optim.warmup_frac * self.train.steps)
+        return min(w, self.train.steps)
+
+
+def load_train_config(path: str | None = None, overrides: list[str] | None = None,
+                      data: list[str] | None = None) -> TrainJobConfig:
+    data_dict: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {path}")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            mark = getattr(e, "problem_mark", None)
+            raise UserError(f"config file {path}{f' line {mark.line + 1}' if mark else ''}: not valid YAML") from None
+        if not isinstance(loaded or {}, dict):
+            raise UserError(f"config file {path}: expected a mapping of sections, got {type(loaded).__name__}")
+        data_dict = loaded or {}
+    for item in overrides or []:
+        keys, value = parse_set(item)
+        node = data_dict
+        for k in keys[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise UserError(f"--set {item!r}: {k} is not a section")
+            node = nxt
+        node[keys[-1]] = value
+    try:
+        cfg = TrainJobConfig.model_validate(data_dict)
+    except ValidationError as e:
+        raise UserError(_format_validation_error(e, f" in {path}" if path else "")) from None
+    if data:
+        cfg.data.paths = list(data)
+    if not cfg.data.paths:
+        raise UserError("no training data: pass --data OUT (a `tokenmill prepare` output), repeatable")
+    if cfg.data.weights and len(cfg.data.weights) != len(cfg.data.paths):
+        raise UserError(f"bad config: data.weights has {len(cfg.data.weights)} values for {len(cfg.data.paths)} --data paths")
+    cfg.model.dims()  # incomplete or inconsistent shapes fail here, before any process group exists
+    return cfg
