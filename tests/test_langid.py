@@ -2,7 +2,14 @@ import pytest
 
 from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
-from tokenmill.transforms.langid import decide, default_model_path, iso_code, load_model, predict, resolve_model_path
+from tokenmill.transforms.langid import (
+    decide,
+    default_model_path,
+    iso_code,
+    load_model,
+    predict,
+    resolve_model_path,
+)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import by_id, run_prepare, shared
+
 from tokenmill.config import load_config
 from tokenmill.pipelines import prepare
 from tokenmill.transforms.doc import docs_schema

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from conftest import shared
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from conftest import shared
 from tokenmill.config import ReadConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.readers import Unit, detect_format, plan_units, read_unit, resolve_inputs

@@ -6,8 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import run_prepare
+
 from tokenmill.transforms.report import add_doc, finish, funnel, merge, new_acc
 
 

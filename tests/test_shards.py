@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import by_id, run_prepare
 from tokenizers import Tokenizer
 
-from conftest import by_id, run_prepare
 from tokenmill.errors import UserError
 from tokenmill.pipelines.inspect import inspect_output
 from tokenmill.transforms.shards import count_shard, shard_bytes, shard_schema

@@ -284,7 +284,9 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     return path, value
 
 
-def load_config(path: str | None = None, overrides: list[str] | None = None) -> JobConfig:
+def load_validated(model: type[BaseModel], path: str | None = None, overrides: list[str] | None = None):
+    """YAML file, then ``--set`` overrides, validated as ``model``; every problem is one line.
+    Shared by the pipeline and the trainer config."""
     data: dict[str, Any] = {}
     if path:
         p = Path(path)
@@ -311,6 +313,10 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
             node = nxt
         node[keys[-1]] = value
     try:
-        return JobConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         raise UserError(_format_validation_error(e, f" in {path}" if path else "")) from None
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None) -> JobConfig:
+    return load_validated(JobConfig, path, overrides)

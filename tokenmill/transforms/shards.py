@@ -163,7 +163,7 @@ def verify_output(out: str, manifest: dict) -> list[str]:
         problems.append(f"{tok_path}: missing")
     elif sha256_file(tok_path) != tok.get("sha256"):
         problems.append(f"{tok_path}: sha256 does not match the manifest")
-    for split, info in manifest.get("splits", {}).items():
+    for info in manifest.get("splits", {}).values():
         for s in info.get("shards", []):
             path = FileSystems.join(out, s["file"])
             if not FileSystems.exists(path):
