@@ -47,6 +47,11 @@ def test_report_json_and_samples(sample_out):
     first = json.loads((out / "report" / "samples" / (q[0].replace(":", "-") + ".jsonl")).read_text().splitlines()[0])
     assert "n_words" in first["signals"]  # the values that made the filter fire
     assert report["dedup"]["removed_exact"] >= 1 and report["pii_redactions"]["email"] >= 1
+    metrics = {m["metric"].split(" (")[0]: m for m in report["corpus_metrics"]}
+    assert set(metrics) == {"duplicate-text ratio", "tokenizer vocabulary coverage", "character entropy",
+                            "token fertility"}
+    assert metrics["duplicate-text ratio"]["value"] == 0.0  # dedup ran: no exact duplicate survives
+    assert metrics["tokenizer vocabulary coverage"]["value"] == 1.0  # byte-level BPE has no <unk>
 
 
 def test_report_page_is_self_contained(sample_out):

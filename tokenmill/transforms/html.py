@@ -20,8 +20,11 @@ How it works, and why this way (every choice was measured with bench/extraction.
    link-text share). Everything afterwards works on these flat lists.
 4. Choose the main content like Readability does: paragraphs score their ancestors (length,
    commas), scores are damped by link density and by class/id name hints, the best node is
-   widened to siblings that look like article text, and inside it, link-heavy or negatively
-   named boxes are removed. If that yields too little text, retry with fewer filters.
+   widened to ancestors and siblings that look like article text (and to the lead and
+   subheadings of its <article>), and inside it, link-heavy or negatively named boxes are
+   removed. If that yields too little text, retry with fewer filters. Class names are "hard"
+   (comments, cookie banners, share bars: always out) or "soft" (sidebar, nav, ad: out unless
+   the box holds real prose, since layout wrappers are often named so).
 
 Pure functions; no signals (Beam runs DoFns in threads): a cooperative deadline is checked
 while walking and scoring.
@@ -42,12 +45,13 @@ from lxml import etree
 
 @dataclass
 class Extracted:
-    text: str | None  # main text, one line per paragraph / heading / list item / table row; None when dropped
-    reason: (
-        str | None
-    )  # None on success, else "too_large", "timeout", "binary_content", "no_text", "parse_error"
+    # The main text, one line per paragraph / heading / list item / table row; None when dropped.
+    text: str | None
+    # None on success, else "too_large", "timeout", "binary_content", "no_text" or "parse_error".
+    reason: str | None
     title: str | None = None
-    encoding: str | None = None  # the encoding that was used to decode the bytes
+    # The encoding that was used to decode the bytes (None for str input).
+    encoding: str | None = None
 
 
 class _Timeout(Exception):
@@ -215,16 +219,26 @@ _TAG_RE = re.compile(rb"<[^>]{0,2000}>")
 
 def _detect(raw: bytes) -> str | None:
     """Statistical guess among _DETECT_CANDIDATES, on the text between the tags (markup is ASCII
-    and only dilutes the evidence). Windows-1252 gets a small head start: on short texts it
-    ties with its neighbours (1250, 1257), and it is by far the most common of them."""
+    and only dilutes the evidence). Windows-1252 wins ties: charset-normalizer reports codecs
+    that decode the bytes identically as one match (an English page with curly quotes "is"
+    cp1250 too), and on short texts it ties with its neighbours; it is by far the most common."""
     from charset_normalizer import from_bytes  # imported lazily: only legacy undeclared pages need it
 
-    sample = _TAG_RE.sub(b" ", raw[:400_000])[:100_000]
+    head = raw[:400_000]
+    sample = _TAG_RE.sub(b" ", head)[:100_000]
+    if sample.isascii():  # the non-ASCII bytes are in attributes, or further down
+        sample = head if not head.isascii() else b""
+    if not sample:
+        return "cp1252"
     matches = list(from_bytes(sample, cp_isolation=_DETECT_CANDIDATES))
     if not matches:
         return None
-    best = min(matches, key=lambda m: m.chaos + (0.0 if m.encoding == "cp1252" else 0.1))
-    return _codec(best.encoding)
+
+    def cost(m) -> float:
+        return m.chaos + (0.0 if "cp1252" in m.could_be_from_charset else 0.1)
+
+    best = min(matches, key=cost)
+    return "cp1252" if "cp1252" in best.could_be_from_charset else _codec(best.encoding)
 
 
 def decode_html(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str]:
@@ -256,10 +270,12 @@ def decode_html(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str]
             except (UnicodeDecodeError, LookupError):
                 pass
     if "utf-8" in declared or not declared:
-        # UTF-8 with a stray broken byte or two (truncated or spliced pages) is still UTF-8.
+        # UTF-8 with a stray broken byte or two (truncated or spliced pages) is still UTF-8, if
+        # it also has valid multi-byte characters: a legacy page with two accents has none.
         text = raw.decode("utf-8", "replace")
         bad = text.count("\ufffd")
-        if bad <= 3 or bad < 0.001 * len(text):
+        good = len(text) - len(text.encode("ascii", "ignore")) - bad
+        if (bad <= 3 or bad < 0.001 * len(text)) and good > 2 * bad:
             return text, "utf-8"
     single = [c for c in declared if _is_single_byte(c)]
     if meta and meta in single:
@@ -296,51 +312,69 @@ class _FlatTreeBuilder(_StdlibTokenizer):
     Used only when libxml2 gives up on a page (its depth limit); it has no recursion anywhere:
     the tokenizer is flat and the open elements are an explicit stack. Tags opened beyond the
     cap are not created (their text goes to the deepest element, block tags as a line break).
+    Everything is linear in the input: the last child of each open element is remembered (lxml's
+    len() and [-1] walk the children) and text is joined once, when the next tag comes.
     """
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.root = etree.Element("html")
-        self.stack = [self.root]
+        self.stack = [self.root]  # open elements
+        self.last = [None]  # the last child of each open element
+        self.pending: list[str] = []  # text since the last tag
         self.overflow = 0  # tags opened beyond the cap and not yet closed
 
-    def _append_text(self, data: str) -> None:
-        cur = self.stack[-1]
-        if len(cur):
-            last = cur[-1]
-            last.tail = (last.tail or "") + data
-        else:
-            cur.text = (cur.text or "") + data
+    def _flush_text(self) -> None:
+        if self.pending:
+            text = "".join(self.pending).translate(_XML_UNSAFE)
+            self.pending.clear()
+            last = self.last[-1]
+            if last is None:
+                self.stack[-1].text = (self.stack[-1].text or "") + text
+            else:
+                last.tail = (last.tail or "") + text
+
+    def _child(self, tag: str) -> etree._Element:
+        self._flush_text()
+        el = etree.SubElement(self.stack[-1], tag)
+        self.last[-1] = el
+        return el
+
+    def _pop_to(self, k: int) -> None:
+        self._flush_text()
+        del self.stack[k:]
+        del self.last[k:]
 
     def handle_starttag(self, tag, attrs):
-        if tag in ("html", "head", "body") and any(el.tag == tag for el in self.stack[:3]):
+        if not _TAG_OK.match(tag) or (
+            tag in ("html", "head", "body") and any(el.tag == tag for el in self.stack[:3])
+        ):
             return
         if tag in _VOID:
             if tag == "br":
-                etree.SubElement(self.stack[-1], "br")
+                self._child("br")
             return
         if tag in ("p", "li", "dt", "dd", "tr", "td", "th", "option") and self.overflow == 0:
             # The implicit end tags that matter for depth: a new <p>/<li>/<td> closes the last one.
             for k in range(len(self.stack) - 1, max(0, len(self.stack) - 4), -1):
                 if self.stack[k].tag == tag:
-                    del self.stack[k:]
+                    self._pop_to(k)
                     break
         if len(self.stack) >= _MAX_FLAT_DEPTH:
             self.overflow += 1
             if tag not in _INLINE:
-                etree.SubElement(self.stack[-1], "br")
+                self._child("br")
             return
-        el = etree.SubElement(self.stack[-1], tag)
+        el = self._child(tag)
         for k, v in attrs:
-            if k in ("class", "id", "style", "hidden", "role", "aria-hidden", "itemprop") and _ATTR_OK.match(
-                k
-            ):
-                el.set(k, v if v is not None else "")
+            if k in ("class", "id", "style", "hidden", "role", "aria-hidden", "itemprop"):
+                el.set(k, (v or "").translate(_XML_UNSAFE))
         self.stack.append(el)
+        self.last.append(None)
 
     def handle_startendtag(self, tag, attrs):
         if tag == "br":
-            etree.SubElement(self.stack[-1], "br")
+            self._child("br")
 
     def handle_endtag(self, tag):
         if self.overflow:
@@ -348,14 +382,20 @@ class _FlatTreeBuilder(_StdlibTokenizer):
             return
         for k in range(len(self.stack) - 1, 0, -1):
             if self.stack[k].tag == tag:
-                del self.stack[k:]
+                self._pop_to(k)
                 return
 
     def handle_data(self, data):
-        self._append_text(data.replace("\x00", ""))
+        self.pending.append(data)
+
+    def close(self):
+        super().close()
+        self._flush_text()
 
 
-_ATTR_OK = re.compile(r"^[a-z][a-z0-9_:.-]*$")
+_TAG_OK = re.compile(r"^[a-z][a-z0-9_.-]*$")  # names lxml accepts (no namespace prefixes)
+# Control characters lxml refuses in text and attributes: dropped (NUL) or made spaces.
+_XML_UNSAFE = {c: " " for c in (*range(1, 9), 11, 12, *range(14, 32))} | {0: None}
 
 
 def _parse_flat(text: str, deadline: float) -> etree._Element:
@@ -395,44 +435,9 @@ def _parse(text: str, deadline: float) -> etree._Element | None:
 # ASP.NET pages wrap the whole page in one. Nor are <nav>, <aside> and <footer>: broken markup
 # sometimes leaves the whole page inside one, so they are only "unlikely" (see _CHROME_TAGS).
 _JUNK_TAGS = (
-    "script",
-    "style",
-    "noscript",
-    "template",
-    "iframe",
-    "frame",
-    "frameset",
-    "svg",
-    "math",
-    "canvas",
-    "object",
-    "embed",
-    "applet",
-    "video",
-    "audio",
-    "source",
-    "track",
-    "picture",
-    "img",
-    "map",
-    "area",
-    "button",
-    "input",
-    "select",
-    "option",
-    "optgroup",
-    "textarea",
-    "datalist",
-    "output",
-    "progress",
-    "meter",
-    "dialog",
-    "link",
-    "meta",
-    "base",
-    "head",
-    "search",
-    "figcaption",
+    *"""script style noscript template iframe frame frameset svg math canvas object embed applet video
+    audio source track picture img map area button input select option optgroup textarea datalist output
+    progress meter dialog link meta base head search figcaption""".split(),
     etree.Comment,
     etree.ProcessingInstruction,
 )
@@ -450,29 +455,13 @@ _PARAGRAPH_TAGS = frozenset("p pre td h2 h3 h4 h5 h6 blockquote".split())
 _UNSCORED_TAGS = frozenset(
     "li dd dt th h1 ul ol dl table tbody thead tfoot tr caption figcaption legend header form".split()
 )
+# Readability's starting score of a candidate, by tag (plus 5 for <article> and <main>, which
+# Readability leaves at 0: they are containers of content by definition).
 _CANDIDATE_BASE = {
-    "div": 5,
-    "article": 5,
-    "main": 5,
-    "pre": 3,
-    "td": 3,
-    "blockquote": 3,
-    "address": -3,
-    "ol": -3,
-    "ul": -3,
-    "dl": -3,
-    "dd": -3,
-    "dt": -3,
-    "li": -3,
-    "form": -3,
-    "header": -5,
-    "th": -5,
-    "h1": -5,
-    "h2": -5,
-    "h3": -5,
-    "h4": -5,
-    "h5": -5,
-    "h6": -5,
+    **dict.fromkeys(("div", "article", "main"), 5),
+    **dict.fromkeys(("pre", "td", "blockquote"), 3),
+    **dict.fromkeys(("address", "ol", "ul", "dl", "dd", "dt", "li", "form"), -3),
+    **dict.fromkeys(("header", "th", "h1", "h2", "h3", "h4", "h5", "h6"), -5),
 }
 _CLEAN_TAGS = frozenset("div section ul ol dl table form fieldset header figure details center".split())
 
@@ -495,10 +484,9 @@ _POSITIVE_ITEMPROP = re.compile(r"articleBody|reviewBody|text", re.I)
 
 
 # Class/id hints, in the spirit of Readability's lists, extended with today's consent,
-# newsletter and recommendation widgets. Long words match anywhere in the lower-cased
-# "class id" (a literal alternation on lower-cased text: ~10x faster than re.I with
-# lookarounds); short
-# words must be a whole word of kebab/snake case, so that "ad" does not hit "header" or "load".
+# newsletter and recommendation widgets. Long words match anywhere in a lower-cased class name
+# or id (one literal alternation: ~10x faster than a re.I pattern with lookarounds); short words
+# must be a whole word of kebab/snake case, so that "ad" does not hit "header" or "load".
 class _Words:
     __slots__ = ("parts", "words")
 
@@ -814,7 +802,13 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
 
 # --------------------------------------------------------------------------- choosing the content
 
-_CHAR_THRESHOLD = 200  # Readability's: less text than this means "try again with fewer filters"
+# Less text than this means "try again with fewer filters" (Readability uses 500; measured, 200
+# keeps short articles from being swapped for their page's boilerplate).
+_CHAR_THRESHOLD = 200
+_MUCH_PROSE = 400  # characters of long, link-free paragraphs that make a softly unlikely box content
+_NEAR_BEST = 0.8  # an ancestor scoring this share of the best node's score replaces it
+_ARTICLE_MAX_LD = 0.3  # an <article> more link-heavy than this is a list of teasers, not the article
+_LEAD_MIN = 80  # shortest paragraph taken from the article's lead (shorter: bylines, dates, kickers)
 _SENTENCE_END_RE = re.compile(r"[.!?。！？](?:\s|$)")
 
 
@@ -843,9 +837,10 @@ class _Aggregates:
                     not unlikely[i] and (tags[i] in ("article", "main") or flags[i] & _F_POSITIVE)
                 ):
                     holds_content[p] = True
-            much = 400
             for i in range(n):
-                if unlikely[i] and (holds_content[i] or (not flags[i] & _F_BOILERPLATE and prose[i] >= much)):
+                if unlikely[i] and (
+                    holds_content[i] or (not flags[i] & _F_BOILERPLATE and prose[i] >= _MUCH_PROSE)
+                ):
                     unlikely[i] = False
         excluded = [False] * n
         for i in range(n):
@@ -989,7 +984,7 @@ def _choose(pg: _Page, ag: _Aggregates, scores: dict[int, float]) -> tuple[int, 
         return -1, chosen, best, lead
     threshold = max(10.0, top_score * 0.2)
     top_cls = pg.cls[top]
-    own_text: dict[int, str] | None = None
+    own_text: dict[int, list[str]] | None = None
     for s in range(parent + 1, pg.end[parent] + 1):
         if parents[s] != parent or s == top or ag.excluded[s]:
             continue
@@ -1000,16 +995,10 @@ def _choose(pg: _Page, ag: _Aggregates, scores: dict[int, float]) -> tuple[int, 
             if own_text is None:  # built once, only when needed: the text of each node
                 own_text = {}
                 for t, node in zip(pg.b_text, pg.b_node, strict=True):
-                    own_text[node] = own_text.get(node, "") + " " + t
-            if _looks_like_prose(ag.text[s], ag.link_density(s), own_text.get(s, "")):
+                    own_text.setdefault(node, []).append(t)
+            if _looks_like_prose(ag.text[s], ag.link_density(s), " ".join(own_text.get(s, ()))):
                 chosen.add(s)
     return parent, chosen, best, lead
-
-
-_ARTICLE_MAX_LD = 0.3
-_NEAR_BEST = 0.8
-_LEAD_MIN = 80
-_ARTICLE_MAX_GROWTH = 3.0
 
 
 def _looks_like_prose(length: int, link_density: float, text: str) -> bool:
@@ -1080,7 +1069,7 @@ def _norm(s: str) -> str:
     return " ".join(re.findall(r"\w+", s.lower()))
 
 
-def _title_heading(pg: _Page, ag: _Aggregates, title: str | None, kept) -> int | None:
+def _title_heading(pg: _Page, title: str | None, kept: list[int]) -> int | None:
     """Index of the block that repeats the page title (the article's headline), if any."""
     if not title:
         return None
@@ -1164,25 +1153,31 @@ def _main_blocks(pg: _Page, deadline: float) -> list[int]:
     return best
 
 
+_SHORT_LINK_LINE = 40
+_ESCAPED_TAG_RE = re.compile(r"^<[a-zA-Z/!][^<>]*>$")
+
+
 def _polish(pg: _Page, blocks: list[int]) -> list[int]:
     """Line-level clean-up of the chosen blocks: a short line that is all link ("Back to top",
-    "Comment", "Print") is a control, not text; headings left at the end introduced a list
-    that has been removed ("Related articles")."""
-    out = [j for j in blocks if not (pg.b_len[j] < _SHORT_LINK_LINE and pg.b_link[j] >= 0.9 * pg.b_len[j])]
+    "Comment", "Print") is a control, not text; a line that is one escaped tag ("&lt;img ...>"
+    in the page's text) is markup; headings left at the end introduced a list that has been
+    removed ("Related articles")."""
+    out = [
+        j
+        for j in blocks
+        if not (pg.b_len[j] < _SHORT_LINK_LINE and pg.b_link[j] >= 0.9 * pg.b_len[j])
+        and not _ESCAPED_TAG_RE.match(pg.b_text[j])
+    ]
     while out and pg.tag[pg.b_node[out[-1]]] in _HEADINGS:
         out.pop()
     return out
 
 
-_SHORT_LINK_LINE = 40
-
-
 def _get_title(root: etree._Element) -> str | None:
-    for el in root.iter("title"):
-        t = " ".join("".join(el.itertext()).split())
-        if t:
-            return t
-    return None
+    el = root.find("head/title")  # not an <svg><title> of the body
+    if el is None:
+        return None
+    return " ".join("".join(el.itertext()).split()) or None
 
 
 def _body(root: etree._Element) -> etree._Element:
@@ -1213,7 +1208,8 @@ def extract_html(
 ) -> Extracted:
     """The main text of one HTML page. Never raises; see the module docstring.
 
-    ``encoding_hint`` is the charset from the HTTP header, if any. ``url`` is accepted for the
+    ``encoding_hint`` is the charset from the HTTP header, if any. ``max_bytes`` bounds the
+    input (characters for a str), ``timeout_s`` the whole call. ``url`` is accepted for the
     pipeline's sake (and for future per-URL rules); the extraction does not use it. The title
     is always returned in ``title``; with ``include_title`` it is also the first line of text
     (otherwise a headline that repeats it is left out of the text, as it is metadata).
@@ -1251,7 +1247,7 @@ def extract_html(
         body = _body(root)
         pg = _walk(body, deadline)
         blocks = _main_blocks(pg, deadline)
-        headline = _title_heading(pg, None, title, blocks)
+        headline = _title_heading(pg, title, blocks)
         if headline is not None:
             title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
             blocks = [j for j in blocks if j != headline]

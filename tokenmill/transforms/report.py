@@ -8,6 +8,7 @@ merge and finish it; ``ReportFn`` only wires them into Beam.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -18,6 +19,8 @@ from apache_beam.io.filesystems import FileSystems
 # Stage order of the pipeline: the funnel follows it.
 STAGES = ["read", "extract", "normalize", "language", "quality", "pii", "dedup", "tokenize", "shards"]
 SAMPLE_CHARS = 600
+# Exact duplicate ratio needs every survivor's 8-byte text hash; past this many it is not computed.
+MAX_HASHES = 2_000_000
 
 # Signals shown as kept-vs-dropped histograms: (low, high, bins, log10 scale).
 HISTOGRAMS = {
@@ -44,7 +47,8 @@ def bin_of(value: float, spec: tuple) -> int:
 
 
 def new_acc() -> dict[str, Any]:
-    return {"docs": 0, "kept": 0, "chars_kept": 0, "tokens_kept": 0, "words_kept": 0, "entropy_sum": 0.0,
+    return {"docs": 0, "kept": 0, "chars_kept": 0, "tokens_kept": 0, "words_kept": 0, "entropy_sum": 0.0, "unk_kept": 0,
+            "text_hashes": [],
             "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}}
 
 
@@ -84,6 +88,11 @@ def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[st
         acc["tokens_kept"] += doc.get("n_tokens") or 0
         acc["words_kept"] += doc.get("n_words") or 0
         acc["entropy_sum"] += doc.get("char_entropy") or 0.0
+        acc["unk_kept"] += doc.get("n_unk") or 0
+        if acc["text_hashes"] is not None:
+            acc["text_hashes"].append(text_hash(doc.get("text") or ""))
+            if len(acc["text_hashes"]) > MAX_HASHES:
+                acc["text_hashes"] = None
         lang = doc.get("lang") or "und"
         acc["langs"][lang] = acc["langs"].get(lang, 0) + 1
     return acc
@@ -98,6 +107,13 @@ def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
         out["tokens_kept"] += a["tokens_kept"]
         out["words_kept"] += a["words_kept"]
         out["entropy_sum"] += a["entropy_sum"]
+        out["unk_kept"] += a["unk_kept"]
+        if out["text_hashes"] is not None and a["text_hashes"] is not None:
+            out["text_hashes"] += a["text_hashes"]
+            if len(out["text_hashes"]) > MAX_HASHES:
+                out["text_hashes"] = None
+        else:
+            out["text_hashes"] = None
         for key in ("dropped", "langs", "pii"):
             for k, v in a[key].items():
                 out[key][k] = out[key].get(k, 0) + v
@@ -142,10 +158,23 @@ def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None 
     return report
 
 
+def text_hash(text: str) -> bytes:
+    return hashlib.blake2b(" ".join(text.lower().split()).encode("utf-8"), digest_size=8).digest()
+
+
 def corpus_metrics(acc: dict[str, Any]) -> list[dict[str, Any]]:
     """The seed recipes' corpus metrics over survivors, each with its target."""
     kept = acc["kept"] or 1
     rows = []
+    if acc["text_hashes"] is not None and acc["kept"]:
+        hashes = acc["text_hashes"]
+        ratio = 1 - len(set(hashes)) / len(hashes)
+        rows.append({"metric": "duplicate-text ratio (exact, normalised)", "value": round(ratio, 5),
+                     "target": "< 0.005", "ok": ratio < 0.005})
+    if acc["tokens_kept"]:
+        cov = 1 - acc["unk_kept"] / acc["tokens_kept"]
+        rows.append({"metric": "tokenizer vocabulary coverage (tokens not <unk>)", "value": round(cov, 5),
+                     "target": ">= 0.98", "ok": cov >= 0.98})
     if acc["words_kept"]:
         rows.append({"metric": "character entropy (bits/char, mean over docs)", "value": round(acc["entropy_sum"] / kept, 3),
                      "target": "3.5 - 5.5 for alphabetic scripts", "ok": 3.5 <= acc["entropy_sum"] / kept <= 5.5})

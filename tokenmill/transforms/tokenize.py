@@ -146,17 +146,21 @@ class TokenizeBatchFn(beam.DoFn):
         key = hashlib.sha256(tok_json.encode("utf-8")).digest()
         if key != self._key:  # rebuilt once per worker, not per bundle
             info = tokenizer_info(tok_json, self.eos_token)
-            self._tok = (tokenizer_from_json(tok_json), info["eos_id"], token_dtype(info["vocab_size"]))
+            tok = tokenizer_from_json(tok_json)
+            unk = next((tok.token_to_id(t) for t in (UNK, "[UNK]", "<unk>") if tok.token_to_id(t) is not None), None)
+            self._tok = (tok, info["eos_id"], token_dtype(info["vocab_size"]), unk)
             self._key = key
         return self._tok
 
     def process(self, batch: list[dict], tok_json: str):
-        tok, eos_id, dtype = self._tokenizer(tok_json)
+        tok, eos_id, dtype, unk = self._tokenizer(tok_json)
         live = [d for d in batch if not d.get("dropped_by")]
         if live:
             for d, ids in zip(live, encode_texts(tok, [d["text"] for d in live], eos_id, dtype)):
                 d["tokens"] = ids
                 d["n_tokens"] = len(ids)
+                # Tokens the vocabulary could not cover (always 0 for byte-level BPE).
+                d["n_unk"] = int((ids == unk).sum()) if unk is not None else 0
             count("tokenize.in", len(live))
             count("tokenize.out", len(live))
             count("tokenize.tokens", sum(d["n_tokens"] for d in live))
