@@ -33,23 +33,17 @@ not installed is skipped with a message.
 
 from __future__ import annotations
 
+import argparse
+import gzip
+import json
 import os
+import re
 import sys
-
-# Python puts this script's folder first on sys.path, and bench/ holds scripts named like
-# stdlib modules (bench/tokenize.py); drop it before anything imports the real ones.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
-import argparse  # noqa: E402
-import gzip  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-import time  # noqa: E402
-from collections import Counter  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Callable  # noqa: E402
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
@@ -151,7 +145,11 @@ def make_trafilatura():
 
 
 def make_bs4():
-    from bs4 import BeautifulSoup
+    import warnings
+
+    from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
+
+    warnings.filterwarnings("ignore", category=XMLParsedAsHTMLWarning)
 
     def run(raw: bytes) -> str:
         soup = BeautifulSoup(raw, "lxml")
@@ -315,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
 
     extractors = {}
     for name in args.extractors.split(","):
+        if name not in EXTRACTORS:
+            print(f"unknown extractor {name!r}; known: {', '.join(EXTRACTORS)}")
+            continue
         try:
             extractors[name] = EXTRACTORS[name]()
         except ImportError as exc:
@@ -323,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for dataset in args.datasets.split(","):
+        if dataset not in DATASETS:
+            print(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+            continue
         pages = DATASETS[dataset](root)
         if args.limit:
             pages = pages[: args.limit]

@@ -249,6 +249,19 @@ def test_deep_nesting_finishes_without_recursion(html):
         assert "deep" in r.text
 
 
+def test_text_after_a_too_deep_region_is_kept():
+    # libxml2 stops at depth 2048; the fallback parser must still see what follows.
+    html = (
+        "<html><body>"
+        + "<font>" * 5000
+        + "<p>Inside the deep part, a real paragraph, with commas, for readers.</p>"
+        + "</font>" * 5000
+        + "<p>After the deep part, another real paragraph, with commas, for readers.</p></body></html>"
+    )
+    r = extract_html(html)
+    assert "Inside the deep part" in r.text and "After the deep part" in r.text
+
+
 def test_timeout_is_cooperative():
     big = (
         "<html><body>"
