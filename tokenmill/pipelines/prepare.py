@@ -181,6 +181,12 @@ def clear_previous_output(out: str) -> None:
 def run(cfg: JobConfig, beam_args: list[str]) -> str:
     """Run the job; returns the path of report.json."""
     files = check_job(cfg)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
+        # Beam's DirectRunner first tries Prism, a binary it downloads at run time; the FnApiRunner
+        # it falls back to is the same in-process engine (honouring --direct_running_mode and
+        # --direct_num_workers), with no download. By measurement (bench/runners.py) it is also
+        # the fastest local mode here.
+        beam_args = [*beam_args, "--runner=FnApiRunner"]
     options = PipelineOptions(beam_args)
     clear_previous_output(cfg.output)
     with beam.Pipeline(options=options) as p:
