@@ -93,6 +93,25 @@ def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
+    import os
+
+    from tokenmill.trainer.config import load_train_config
+
+    cfg = load_train_config(args.config, args.set, args.data)
+    try:
+        from tokenmill.trainer.train import run
+    except ImportError as e:
+        raise UserError(f"the trainer needs torch: pip install 'tokenmill[train]' ({e})") from None
+    try:
+        return run(cfg, args.run)
+    except UserError:
+        # Under torchrun every rank hits the same error: one line from rank 0 is enough.
+        if int(os.environ.get("RANK", "0")) != 0:
+            return 2
+        raise
+
+
 def not_yet(issue: str):
     def run(args: argparse.Namespace, _: list[str]) -> int:
         raise UserError(f"`tokenmill {args.verb}` is not implemented yet ({issue})")
@@ -144,9 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-docs", type=int, default=100_000, help="train on at most this many documents")
     t.set_defaults(func=cmd_tokenizer_train)
 
-    p = sub.add_parser("train", help="train a model on prepared shards (not yet)")
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=not_yet("issue #6"))
+    p = sub.add_parser(
+        "train",
+        help="train a Llama-style model on prepared shards (FSDP2; also under torchrun)",
+        description="Train on what `tokenmill prepare` wrote. Rerunning the same command resumes from the "
+        "newest complete checkpoint in RUN. Multi-GPU/-node: torchrun --nproc_per_node N --no-python -- tokenmill train ... "
+        "(the -- stops torchrun from reading --run as its own --run-path).",
+        allow_abbrev=False,
+    )
+    p.add_argument("--data", action="append", metavar="OUT",
+                   help="a prepared output folder; repeatable for a mixture (weights: --set data.weights=[0.7,0.3])")
+    p.add_argument("--run", required=True, metavar="RUN", help="run folder: metrics, checkpoints, hf export")
+    p.add_argument("--config", metavar="train.yaml", help="trainer config file")
+    p.add_argument("--set", action="append", default=[], metavar="key=value",
+                   help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
+    p.set_defaults(func=cmd_train)
     return parser
 
 
