@@ -68,6 +68,13 @@ def test_gopher_repetition_rules():
     assert s["top_2gram_frac"] > 0.2 and s["dup_5gram_frac"] > 0.15
 
 
+def test_c4_min_sentences():
+    s = signals(GOOD, "en", CFG)
+    assert s["c4_sentences"] == len(SENTENCES) and s["words_per_line"] > 10
+    four = "\n".join(SENTENCES[:4]) + "\n" + "\n".join(SENTENCES[4:]).replace(".", ",")
+    assert signals(four, "en", CFG)["c4_sentences"] == 4 and verdict(four) == "c4_min_sentences"
+
+
 def test_c4_rules():
     assert verdict(GOOD + "\n\nLorem ipsum dolor sit amet.") == "c4_lorem_ipsum"
     assert verdict(GOOD + "\n\nfunction f() { return 1; }") == "c4_curly_bracket"
@@ -79,7 +86,9 @@ def test_c4_rules():
 
 def test_fineweb_rules():
     no_punct = GOOD.replace(".", "")
-    assert verdict(no_punct) == "fineweb_terminal_punct"
+    assert verdict(no_punct) == "c4_min_sentences"  # C4 runs first: no line ends a sentence
+    no_c4 = QualityConfig(c4={"enabled": False})
+    assert verdict(no_punct, cfg=no_c4) == "fineweb_terminal_punct"
     short = GOOD + "\n" + "\n".join(f"{w.strip('.,').capitalize()} now." for w in set(" ".join(SENTENCES).split()))
     assert verdict(short) == "fineweb_short_lines"
     one_dup = GOOD + "\n" + "\n".join(["Share this article with your friends and the family today."] * 2)
@@ -97,7 +106,8 @@ def test_cjk_is_not_one_word():
     assert s["n_words"] > 100
     assert verdict(ja, "ja") is None  # mean word length and stop words are skipped for ja
     zh = ("电饭煲的评测结果显示，这款产品煮饭均匀，米饭口感软硬适中。价格合理，操作简单，适合家庭使用。"
-          "我们连续两周每天用它做早饭和晚饭，内胆没有粘锅，清洗也很方便。缺点是预约功能的按钮有点小。")
+          "我们连续两周每天用它做早饭和晚饭，内胆没有粘锅，清洗也很方便。缺点是预约功能的按钮有点小。"
+          "总的来说，我们会推荐给三口之家。")
     assert signals(zh, "zh", CFG)["n_words"] > 50 and verdict(zh, "zh") is None
 
 
@@ -118,7 +128,7 @@ def test_german_stop_words_and_russian_without_list():
 
 def test_thresholds_are_config_and_families_can_be_off():
     text = "Too short to be a document at all."
-    cfg = QualityConfig(gopher={"min_words": 3}, fineweb={"enabled": False})
+    cfg = QualityConfig(gopher={"min_words": 3}, fineweb={"enabled": False}, c4={"min_sentences": 1})
     assert verdict(text, cfg=cfg) is None
     assert QualityConfig(repetition={"enabled": False}).repetition.enabled is False
 

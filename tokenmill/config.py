@@ -141,6 +141,8 @@ class C4Config(_Rules):
     # A page that mentions javascript and is short is a "please enable JavaScript" stub.
     drop_javascript: bool = True
     javascript_max_words: int = Field(default=200, ge=0)
+    # Sentences in lines that end in terminal punctuation and have >= 3 words (datatrove: 5).
+    min_sentences: int = Field(default=5, ge=0)
 
 
 class FineWebConfig(_Rules):

@@ -35,10 +35,13 @@ SIGNALS = [
     "top_2gram_frac", "top_3gram_frac", "top_4gram_frac",
     "dup_5gram_frac", "dup_6gram_frac", "dup_7gram_frac", "dup_8gram_frac", "dup_9gram_frac", "dup_10gram_frac",
     "terminal_punct_line_ratio", "short_line_ratio", "dup_line_chars_ratio", "newline_word_ratio",
-    "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines",
+    "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines", "words_per_line",
+    "c4_sentences",
     "char_entropy", "word_entropy",
 ]
-INT_SIGNALS = {"n_words", "stop_words", "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines"}
+INT_SIGNALS = {"n_words", "stop_words", "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines",
+               "c4_sentences"}
+_SENTENCE_END = re.compile(r"[.!?\u061f\u0964]+(?:\s|$)|[\u3002\uff01\uff1f]+")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
 
@@ -140,6 +143,11 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     s["c4_curly_bracket"] = int("{" in text)
     s["c4_javascript_lines"] = sum("javascript" in ln.lower() for ln in lines)
     s["c4_policy_lines"] = sum(any(p in ln.lower() for p in _POLICY) for ln in lines)
+    s["words_per_line"] = n_words / n_lines
+    # C4 keeps lines that end in terminal punctuation and have >= 3 words (CJK: any length),
+    # then needs enough sentences in what is left.
+    kept = [ln for ln in lines if ln.endswith(_TERMINAL) and (no_space or len(ln.split()) >= 3)]
+    s["c4_sentences"] = sum(len(_SENTENCE_END.findall(ln)) or 1 for ln in kept)
     s["char_entropy"] = _entropy(Counter(text.replace("\n", "").replace(" ", "")))
     s["word_entropy"] = _entropy(Counter(lower_words))
     return s
@@ -187,6 +195,8 @@ def first_failure(s: dict[str, Any], lang: str | None, cfg: QualityConfig) -> st
             return "c4_curly_bracket"
         if c.drop_javascript and s["c4_javascript_lines"] and s["n_words"] < c.javascript_max_words:
             return "c4_javascript"
+        if s["c4_sentences"] < c.min_sentences:
+            return "c4_min_sentences"
     f = cfg.fineweb
     if f.enabled:
         if s["terminal_punct_line_ratio"] < f.min_terminal_punct_lines:
