@@ -4,20 +4,18 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup setup-train sample test bench lint clean
+.PHONY: setup sample test bench lint clean
 
+# torch first and pinned: 2.13.0 is a CPU wheel on disk here (pyproject allows newer; a bare
+# "torch" would pull a multi-GB CUDA build). Then the project with its test and trainer extras.
 $(BIN)/tokenmill: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,train]'
 	@touch $@
 
 setup: $(BIN)/tokenmill
-
-# The trainer's torch: exactly 2.13.0 here (a CPU wheel on disk); pyproject allows newer.
-setup-train: setup
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,train]'
 
 sample: setup
 	$(BIN)/tokenmill prepare --output $(OUT)
