@@ -118,6 +118,8 @@ class ParallelConfig(_Section):
     cpu_offload: bool = False  # FSDP CPUOffloadPolicy: sharded params, grads and optimizer on CPU
     compile: bool = False  # torch.compile each block
     reshard_after_forward: bool = True  # False: more memory, no all-gather in backward
+    # A single CPU process runs unsharded (nothing to shard over); true: through FSDP anyway.
+    shard_single_rank: bool = False
 
 
 class CheckpointConfig(_Section):

@@ -1,0 +1,301 @@
+"""Streaming tokenmill shards into packed training windows.
+
+What `prepare` wrote (manifest.json + uncompressed Arrow IPC shards) is memory-mapped; the
+``tokens`` values of every record batch are numpy views into the map (zero copies), and
+together they form one token stream per split. Each document already ends with EOS (the
+tokenizer stage appends it), so the concatenation is "documents joined by EOS".
+
+The stream is cut into windows of ``seq_len + 1`` tokens (inputs and shifted targets)
+that overlap by one token: window ``w`` covers ``[w*seq_len, w*seq_len + seq_len + 1)``.
+
+Order. Global sample ``g`` (0, 1, 2, ... over the whole run) maps to a window by a pure
+function of ``(seed, g)``: with several prepared outputs, a fixed seeded pattern of
+``MIX_BLOCK`` slots assigns ``g`` to a source and a source-local index ``j``; then
+``epoch = j // W`` and the window is ``permutation(seed, source, epoch)[j % W]``. Step ``s``
+of the run consumes the global batch ``[first + s*G, first + (s+1)*G)``; rank ``r`` takes
+micro-batch ``m`` as the ``micro_batch`` indices starting at ``m*micro_batch*world +
+r*micro_batch``. DataLoader workers fetch whole micro-batches and the DataLoader returns
+them in sampler order, so the batches never depend on ``num_workers``. A checkpoint needs
+only the number of samples consumed (and the seed) to resume exactly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from tokenmill.errors import UserError
+
+MIX_BLOCK = 10_000  # mixture weights are honoured to 1/MIX_BLOCK within every block of samples
+
+
+# ---------------------------------------------------------------- manifests and verification
+
+
+def open_output(out: str, verify_checksums: bool = True) -> dict:
+    """The manifest of a prepared output, after checking its shards; one clear line otherwise."""
+    from tokenmill.transforms.shards import load_manifest, verify_output
+
+    manifest = load_manifest(out)
+    if verify_checksums:
+        problems = verify_output(out, manifest)
+    else:  # sizes only: for outputs too big to hash at every start
+        problems = []
+        for info in manifest.get("splits", {}).values():
+            for s in info.get("shards", []):
+                path = os.path.join(out, s["file"])
+                size = os.path.getsize(path) if os.path.exists(path) else None
+                if size != s["bytes"]:
+                    problems.append(f"{path}: {'missing' if size is None else f'{size} bytes'}, manifest says {s['bytes']} bytes")
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise UserError(f"refusing to train on {out}: {problems[0]}{more}; re-run `tokenmill prepare` "
+                        f"or check it with `tokenmill inspect {out}`")
+    return manifest
+
+
+def check_compatible(manifests: list[dict], paths: list[str]) -> dict:
+    """All sources of a mixture must share one tokenizer; returns its manifest entry."""
+    tok = manifests[0]["tokenizer"]
+    for m, p in zip(manifests[1:], paths[1:]):
+        if m["tokenizer"]["sha256"] != tok["sha256"]:
+            raise UserError(f"{p} was tokenized with a different tokenizer than {paths[0]}: "
+                            "a mixture needs one tokenizer (re-run prepare with --set tokenize.tokenizer=...)")
+    return tok
+
+
+# ---------------------------------------------------------------- one split as a token stream
+
+
+@dataclass
+class TokenStream:
+    """The tokens of one split of one prepared output, as zero-copy views into mmapped shards."""
+
+    files: list[str]
+    eos_id: int
+    _pid: int = -1
+    _segments: list[np.ndarray] = field(default_factory=list)
+    _starts: list[int] = field(default_factory=list)  # global offset of each segment
+    _n: int = 0
+
+    def __getstate__(self):  # DataLoader workers (fork or spawn) reopen the maps themselves
+        return {"files": self.files, "eos_id": self.eos_id}
+
+    def __setstate__(self, state):
+        self.__init__(state["files"], state["eos_id"])
+
+    def _open(self) -> None:
+        if self._pid == os.getpid():
+            return
+        segments, starts, n = [], [], 0
+        for path in self.files:
+            source = pa.memory_map(path, "r")
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                tokens = reader.get_batch(i).column("tokens")
+                values = tokens.values.to_numpy(zero_copy_only=True)
+                if not len(values):
+                    continue
+                segments.append(values)
+                starts.append(n)
+                n += len(values)
+        self._segments, self._starts, self._n, self._pid = segments, starts, n, os.getpid()
+
+    def __len__(self) -> int:
+        self._open()
+        return self._n
+
+    def read(self, start: int, out: np.ndarray) -> None:
+        """Copy tokens ``[start, start + len(out))`` into ``out`` (any integer dtype)."""
+        self._open()
+        i = bisect.bisect_right(self._starts, start) - 1
+        off, done, want = start - self._starts[i], 0, len(out)
+        while done < want:
+            seg = self._segments[i]
+            take = min(want - done, len(seg) - off)
+            out[done:done + take] = seg[off:off + take]
+            done += take
+            i, off = i + 1, 0
+
+
+def split_files(out: str, manifest: dict, split: str) -> list[str]:
+    return [os.path.join(out, s["file"]) for s in manifest["splits"][split]["shards"]]
+
+
+def n_windows(n_tokens: int, seq_len: int) -> int:
+    return max(0, (n_tokens - 1) // seq_len)
+
+
+# ---------------------------------------------------------------- sample order (pure functions)
+
+
+def _seed_words(*parts: int) -> list[int]:
+    h = hashlib.blake2b(":".join(str(p) for p in parts).encode(), digest_size=16).digest()
+    return [int.from_bytes(h[i:i + 4], "little") for i in range(0, 16, 4)]
+
+
+def epoch_permutation(seed: int, source: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng(_seed_words(seed, source, epoch)).permutation(n)
+
+
+def mixture_block(weights: list[float], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fixed pattern of MIX_BLOCK slots: (source of each slot, its rank among that source's
+    slots, slots per source). Counts by largest remainder so they sum to MIX_BLOCK exactly."""
+    w = np.asarray(weights, dtype=np.float64) / sum(weights)
+    raw = w * MIX_BLOCK
+    counts = np.floor(raw).astype(np.int64)
+    for k in np.argsort(-(raw - counts), kind="stable")[: MIX_BLOCK - counts.sum()]:
+        counts[k] += 1
+    labels = np.repeat(np.arange(len(w)), counts)
+    labels = labels[np.random.default_rng(_seed_words(seed, "mix")).permutation(MIX_BLOCK)]
+    rank = np.zeros(MIX_BLOCK, dtype=np.int64)
+    seen = np.zeros(len(w), dtype=np.int64)
+    for i, k in enumerate(labels):
+        rank[i] = seen[k]
+        seen[k] += 1
+    return labels, rank, counts
+
+
+# ---------------------------------------------------------------- the training dataset
+
+
+class PackedWindows:
+    """Map-style dataset: global sample index -> one window of ``seq_len + 1`` token ids.
+
+    ``__getitems__`` (what DataLoader calls with a micro-batch of indices) returns the batch
+    as tensors: ``tokens`` [B, T+1] int64 and, with ``doc_mask``, ``positions`` and ``doc_ids``
+    [B, T] for per-document attention and RoPE positions that restart at each document.
+    """
+
+    def __init__(self, streams: list[TokenStream], seq_len: int, seed: int, weights: list[float] | None = None,
+                 doc_mask: bool = False):
+        self.streams, self.seq_len, self.seed, self.doc_mask = streams, seq_len, seed, doc_mask
+        self.eos_id = streams[0].eos_id
+        self.windows = [n_windows(len(s), seq_len) for s in streams]
+        weights = list(weights) if weights else [1.0] * len(streams)
+        self.weights = [w if n else 0.0 for w, n in zip(weights, self.windows)]
+        if not sum(self.weights):
+            raise UserError(f"the train split has fewer than seq_len+1 = {seq_len + 1} tokens: "
+                            "lower data.seq_len or prepare more data")
+        self._labels, self._rank, self._counts = mixture_block(self.weights, seed)
+        self._perms: dict[int, tuple[int, np.ndarray]] = {}  # source -> (epoch, its permutation)
+
+    def locate(self, g: int) -> tuple[int, int, int]:
+        """(source, epoch, window) of global sample ``g``: a pure function of (seed, g)."""
+        block, slot = divmod(g, MIX_BLOCK)
+        k = int(self._labels[slot])
+        j = block * int(self._counts[k]) + int(self._rank[slot])
+        epoch, pos = divmod(j, self.windows[k])
+        cached = self._perms.get(k)
+        if cached is None or cached[0] != epoch:  # one permutation per (source, epoch), cached
+            cached = self._perms[k] = (epoch, epoch_permutation(self.seed, k, epoch, self.windows[k]))
+        return k, epoch, int(cached[1][pos])
+
+    def __getitems__(self, indices: list[int]) -> dict:
+        import torch
+
+        T = self.seq_len
+        out = np.empty((len(indices), T + 1), dtype=np.int64)
+        for row, g in enumerate(indices):
+            k, _, w = self.locate(g)
+            self.streams[k].read(w * T, out[row])
+        batch = {"tokens": torch.from_numpy(out)}
+        if self.doc_mask:
+            positions, doc_ids = document_positions(out[:, :-1], self.eos_id)
+            batch["positions"], batch["doc_ids"] = torch.from_numpy(positions), torch.from_numpy(doc_ids)
+        return batch
+
+    def __getitem__(self, g: int) -> dict:
+        return {k: v[0] for k, v in self.__getitems__([g]).items()}
+
+
+def document_positions(inputs: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row document ids and positions that restart after every EOS (the token after an
+    EOS starts a new document)."""
+    B, T = inputs.shape
+    new_doc = np.zeros((B, T), dtype=bool)
+    new_doc[:, 1:] = inputs[:, :-1] == eos_id
+    doc_ids = np.cumsum(new_doc, axis=1, dtype=np.int64)
+    idx = np.broadcast_to(np.arange(T, dtype=np.int64), (B, T))
+    starts = np.maximum.accumulate(np.where(new_doc, idx, 0), axis=1)
+    return idx - starts, doc_ids
+
+
+class RankBatches:
+    """Batch sampler: this rank's micro-batches of global sample indices, from ``first_sample`` on,
+    forever. Global batch G = micro_batch * grad_accum * world."""
+
+    def __init__(self, first_sample: int, micro_batch: int, grad_accum: int, rank: int, world: int):
+        self.first, self.mb, self.accum, self.rank, self.world = first_sample, micro_batch, grad_accum, rank, world
+
+    def __iter__(self):
+        g = self.mb * self.accum * self.world
+        step = 0
+        while True:
+            base = self.first + step * g
+            for m in range(self.accum):
+                start = base + m * self.mb * self.world + self.rank * self.mb
+                yield list(range(start, start + self.mb))
+            step += 1
+
+
+def _first(batch):  # DataLoader collate: __getitems__ already built the batch
+    return batch
+
+
+def train_loader(dataset: PackedWindows, sampler: RankBatches, num_workers: int, prefetch_factor: int,
+                 pin_memory: bool):
+    from torch.utils.data import DataLoader
+
+    extra = {"prefetch_factor": prefetch_factor, "persistent_workers": True} if num_workers else {}
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=_first, num_workers=num_workers,
+                      pin_memory=pin_memory, **extra)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def val_indices(streams: list[TokenStream], seq_len: int, samples: int) -> list[tuple[int, int]]:
+    """The first ``samples`` windows of the val split, source after source, in order: the same
+    set whatever the world size, so val_loss is comparable across runs."""
+    out = []
+    for k, s in enumerate(streams):
+        for w in range(n_windows(len(s), seq_len)):
+            if len(out) == samples:
+                return out
+            out.append((k, w))
+    return out
+
+
+def val_batches(streams: list[TokenStream], seq_len: int, samples: int, micro_batch: int, rank: int, world: int,
+                doc_mask: bool = False):
+    """This rank's validation micro-batches as (batch, weight [B]) pairs. Every rank runs the same
+    number of forwards (FSDP all-gathers need all ranks); padding rows repeat a window with weight 0."""
+    import torch
+
+    items = val_indices(streams, seq_len, samples)
+    if not items:
+        return []
+    mine = items[rank::world]
+    per_rank = -(-len(items) // world)
+    n_batches = -(-per_rank // micro_batch)
+    weights = [1.0] * len(mine) + [0.0] * (n_batches * micro_batch - len(mine))
+    mine = mine + [items[0]] * (len(weights) - len(mine))
+    eos = streams[0].eos_id
+    batches = []
+    for b in range(n_batches):
+        chunk = mine[b * micro_batch:(b + 1) * micro_batch]
+        out = np.empty((len(chunk), seq_len + 1), dtype=np.int64)
+        for row, (k, w) in enumerate(chunk):
+            streams[k].read(w * seq_len, out[row])
+        batch = {"tokens": torch.from_numpy(out)}
+        if doc_mask:
+            positions, doc_ids = document_positions(out[:, :-1], eos)
+            batch["positions"], batch["doc_ids"] = torch.from_numpy(positions), torch.from_numpy(doc_ids)
+        batches.append((batch, torch.tensor(weights[b * micro_batch:(b + 1) * micro_batch])))
+    return batches

@@ -1,0 +1,139 @@
+"""RUN/metrics.jsonl (one object per step), TensorBoard events when tensorboard is installed,
+and the console progress line. Only rank 0 writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+
+import torch
+
+# Dense peak FLOP/s of one device: (bf16/fp16 tensor cores, plain fp32). Sources: vendor
+# datasheets (SXM parts where there are several). Matched by substring of the device name,
+# most specific first.
+PEAK_FLOPS: list[tuple[str, float, float]] = [
+    ("GB200", 2.5e15, 80e12),
+    ("B200", 2.25e15, 80e12),
+    ("H200", 989e12, 67e12),
+    ("H100 PCIe", 756e12, 51e12),
+    ("H100", 989e12, 67e12),
+    ("H800", 989e12, 67e12),
+    ("GH200", 989e12, 67e12),
+    ("A100", 312e12, 19.5e12),
+    ("A800", 312e12, 19.5e12),
+    ("L40S", 362e12, 91.6e12),
+    ("L40", 181e12, 90.5e12),
+    ("L4", 121e12, 30.3e12),
+    ("A10G", 70e12, 31.2e12),
+    ("A10", 125e12, 31.2e12),
+    ("RTX 4090", 165e12, 82.6e12),
+    ("RTX 3090", 71e12, 35.6e12),
+    ("V100", 125e12, 15.7e12),
+    ("T4", 65e12, 8.1e12),
+    ("MI300X", 1307e12, 163e12),
+    ("MI250X", 383e12, 47.9e12),
+]
+
+
+def peak_flops(device: torch.device, precision: str, override: float | None = None) -> float | None:
+    """Peak FLOP/s of one device for MFU; None when unknown (CPU, an unlisted GPU)."""
+    if override:
+        return override
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, low, fp32 in PEAK_FLOPS:
+        if key in name:
+            return fp32 if precision == "fp32" else low
+    return None
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def truncate_after(path: str, step: int) -> None:
+    """On resume, drop the lines a killed run logged past the checkpoint it resumes from, so
+    metrics.jsonl reads as one uninterrupted run."""
+    if not os.path.exists(path):
+        return
+    keep = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line if line.endswith("\n") else line + "\n")
+            except json.JSONDecodeError:  # a line cut by the kill
+                pass
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.writelines(keep)
+    os.replace(tmp, path)
+
+
+class Metrics:
+    def __init__(self, run: str, enabled: bool, tensorboard: bool, total_steps: int, log_every: int):
+        self.enabled, self.total, self.log_every = enabled, total_steps, log_every
+        self._fh = open(os.path.join(run, "metrics.jsonl"), "a", encoding="utf-8") if enabled else None
+        self._tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(os.path.join(run, "tb"))
+            except ImportError:  # tensorboard not installed: skip quietly
+                self._tb = None
+
+    def log(self, row: dict) -> None:
+        if not self.enabled:
+            return
+        # NaN/inf are not JSON: a skipped step logs null (and "skipped": true).
+        row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        self._fh.write(json.dumps(row) + "\n")
+        self._fh.flush()
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    self._tb.add_scalar(f"train/{k}" if k != "val_loss" else "val/loss", v, row["step"])
+        step = row["step"]
+        if step % self.log_every == 0 or step == self.total or "val_loss" in row:
+            print(progress_line(row, self.total), file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            print(f"tokenmill train: {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _si(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def progress_line(row: dict, total: int) -> str:
+    def num(v, fmt):
+        return "nan" if v is None else format(v, fmt)
+
+    parts = [f"step {row['step']}/{total}", f"loss {num(row['loss'], '.4f')}", f"lr {row['lr']:.2e}",
+             f"gnorm {num(row['grad_norm'], '.3f')}", f"tok/s {_si(row['tokens_per_s'])}"]
+    if row.get("mfu") is not None:
+        parts.append(f"mfu {100 * row['mfu']:.1f}%")
+    parts.append(f"data-wait {row['data_wait_pct']:.1f}%")
+    parts.append(f"mem {row['peak_mem_mb'] / 1024:.2f}GiB")
+    if "val_loss" in row:
+        parts.append(f"val {row['val_loss']:.4f}")
+    if row.get("skipped"):
+        parts.append("SKIPPED (non-finite)")
+    return "  ".join(parts)

@@ -1,0 +1,191 @@
+"""A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention through
+``scaled_dot_product_attention``. No parallelism here: sharding, activation checkpointing and
+compilation are applied from outside (parallel.py).
+
+Module and parameter names follow Hugging Face's LlamaForCausalLM (``embed_tokens``,
+``layers.N.self_attn.q_proj``, ...) and RoPE uses the same rotate-half layout, so the export
+is a rename (``model.`` prefix), not a permutation of weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_hidden: int
+    max_seq_len: int
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Statistics in fp32 whatever the compute dtype (as HF's LlamaRMSNorm).
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
+    freqs = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF's ``x*cos + rotate_half(x)*sin`` with rotate_half(x) = [-x2, x1], written on the two
+    halves (the tables repeat each frequency in both halves): the same numbers with fewer
+    full-size temporaries. x [B, H, T, D]; cos/sin [T, D] or [B, 1, T, D] (per-document)."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    c1, c2, s1, s2 = cos[..., :h], cos[..., h:], sin[..., :h], sin[..., h:]
+    return torch.cat([x1 * c1 - x2 * s1, x2 * c2 + x1 * s2], dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = a.n_heads, a.n_kv_heads, a.head_dim
+        self.q_proj = nn.Linear(a.d_model, a.n_heads * a.head_dim, bias=False)
+        self.k_proj = nn.Linear(a.d_model, a.n_kv_heads * a.head_dim, bias=False)
+        self.v_proj = nn.Linear(a.d_model, a.n_kv_heads * a.head_dim, bias=False)
+        self.o_proj = nn.Linear(a.n_heads * a.head_dim, a.d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.n_kv_heads != self.n_heads:  # GQA: share each KV head across its query group
+            rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(a.d_model, a.ffn_hidden, bias=False)
+        self.up_proj = nn.Linear(a.d_model, a.ffn_hidden, bias=False)
+        self.down_proj = nn.Linear(a.ffn_hidden, a.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.input_layernorm = RMSNorm(a.d_model, a.norm_eps)
+        self.self_attn = Attention(a)
+        self.post_attention_layernorm = RMSNorm(a.d_model, a.norm_eps)
+        self.mlp = MLP(a)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.args = a
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.d_model)
+        self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layers))
+        self.norm = RMSNorm(a.d_model, a.norm_eps)
+        self.lm_head = nn.Linear(a.d_model, a.vocab_size, bias=False)
+        # Not persistent: recomputed on the real device after meta-device construction and
+        # never part of a checkpoint.
+        cos, sin = rope_tables(a.head_dim, a.max_seq_len, a.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def init_buffers(self, device) -> None:
+        a = self.args
+        self.rope_cos, self.rope_sin = rope_tables(a.head_dim, a.max_seq_len, a.rope_theta, device=device)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, V]. ``positions`` restart RoPE per document;
+        ``doc_ids`` restrict attention to earlier tokens of the same document."""
+        T = tokens.shape[1]
+        if positions is None:
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        else:
+            cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+        mask = None
+        if doc_ids is not None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
+            mask = ((doc_ids.unsqueeze(-1) == doc_ids.unsqueeze(-2)) & causal).unsqueeze(1)
+        h = self.embed_tokens(tokens)
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask)
+        return self.lm_head(self.norm(h))
+
+
+# ---------------------------------------------------------------- initialisation and counting
+
+
+def init_std(name: str, a: ModelArgs) -> float | None:
+    """The normal-init std of a parameter; None: ones (norm weights). Residual output
+    projections are scaled by 1/sqrt(2 * n_layers) (GPT-2) so the residual stream's variance
+    does not grow with depth."""
+    if name.endswith("norm.weight"):
+        return None
+    if name.endswith(("o_proj.weight", "down_proj.weight")):
+        return 0.02 / math.sqrt(2 * a.n_layers)
+    return 0.02
+
+
+def init_tensor(name: str, shape: torch.Size, a: ModelArgs, seed: int, device) -> torch.Tensor:
+    """The full initial value of one parameter: a pure function of (seed, name, shape, device
+    type), so every rank and every world size starts from the same weights."""
+    std = init_std(name, a)
+    if std is None:
+        return torch.ones(shape, device=device)
+    g = torch.Generator(device=device)
+    g.manual_seed(int.from_bytes(hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest(), "little") >> 1)
+    return torch.empty(shape, device=device).normal_(0.0, std, generator=g)
+
+
+def count_params(a: ModelArgs) -> tuple[int, int]:
+    """(all parameters, parameters without the token embedding)."""
+    d, kv = a.d_model, a.n_kv_heads * a.head_dim
+    block = d * d * 2 + d * kv * 2 + 3 * d * a.ffn_hidden + 2 * d
+    emb = a.vocab_size * d
+    total = emb + a.n_layers * block + d + a.vocab_size * d
+    return total, total - emb
+
+
+def flops_per_token(a: ModelArgs, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the weights plus 12*L*H*Q*T for attention (PaLM, app. B)."""
+    _, n = count_params(a)
+    return 6 * n + 12 * a.n_layers * a.n_heads * a.head_dim * seq_len

@@ -1,0 +1,180 @@
+"""Process group, device mesh, and the parallelism applied to a plain model, in a fixed order:
+
+    build on meta -> activation checkpointing -> torch.compile -> fully_shard -> materialise
+
+Each step is one small function; model.py knows nothing of any of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tokenmill.errors import UserError
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    mesh: object  # torch.distributed.device_mesh.DeviceMesh
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_ranks() -> tuple[int, int, int] | None:
+    """(rank, world, local rank) from torchrun, else from SLURM (srun without torchrun)."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            raise UserError("under srun without torchrun, set MASTER_ADDR and MASTER_PORT "
+                            "(or launch with `srun torchrun ... --no-python tokenmill train ...`)")
+        rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+        os.environ.setdefault("RANK", str(rank))
+        os.environ.setdefault("WORLD_SIZE", str(world))
+        return rank, world, int(os.environ.get("SLURM_LOCALID", 0))
+    return None
+
+
+def init_distributed() -> Dist:
+    """One process group for every launch: torchrun/SLURM env, or a single process of its own.
+
+    A lone process still gets a (world-size 1) group, so there is one code path: FSDP,
+    checkpoints and collectives behave the same on a laptop and on 64 GPUs."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    ranks = _env_ranks()
+    rank, world, local_rank = ranks or (0, 1, 0)
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "cpu:gloo,cuda:nccl"  # gloo too: CPU offload and CPU-side collectives
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if not dist.is_initialized():
+        bind = {"device_id": device} if device.type == "cuda" else {}  # NCCL: the rank's GPU up front
+        if ranks:
+            dist.init_process_group(backend, **bind)
+        else:  # an in-process store: no port to pick, nothing to collide with other jobs
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **bind)
+    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
+    return Dist(rank=rank, world=world, local_rank=local_rank, device=device, mesh=mesh)
+
+
+def close_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def build_on_meta(make) -> nn.Module:
+    """Construct without allocating: a 1B model costs no memory until it is sharded."""
+    with torch.device("meta"):
+        return make()
+
+
+def apply_activation_checkpointing(model: nn.Module, every: int) -> None:
+    """Recompute every ``every``-th block in backward instead of keeping its activations."""
+    if not every:
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for i, block in enumerate(model.layers):
+        if i % every == 0:
+            model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
+def apply_compile(model: nn.Module) -> None:
+    """Compile block by block: the blocks are all alike, so one graph is compiled and reused.
+    Each compiled block replaces the block (before fully_shard, as torchtitan does), so FSDP's
+    hooks sit on the wrapper, outside the graph. The wrapper adds ``_orig_mod.`` to parameter
+    names; DCP's state-dict API and canonical_name() strip it, so checkpoints and exports are
+    the same with or without compile."""
+    for i, block in enumerate(model.layers):
+        model.layers[i] = torch.compile(block, fullgraph=True)
+
+
+def mixed_precision(precision: str, device: torch.device):
+    """bf16 on GPU: FSDP casts the all-gathered params to bf16 and reduces grads in fp32.
+    Elsewhere FSDP keeps fp32 and the loop uses autocast (CPU bf16, fp16 + GradScaler)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision == "bf16" and device.type == "cuda":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def apply_fsdp(model: nn.Module, mesh, mp_policy, cpu_offload: bool, reshard_after_forward: bool) -> None:
+    """FSDP2 on each block (one all-gather / reduce-scatter group per block, overlapped with
+    compute) and on the root for the embedding, final norm and head."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    offload = CPUOffloadPolicy() if cpu_offload else OffloadPolicy()
+    for block in model.layers:
+        fully_shard(block, mesh=mesh, mp_policy=mp_policy, offload_policy=offload,
+                    reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp_policy, offload_policy=offload)
+
+
+def canonical_name(name: str) -> str:
+    """A parameter's name as the plain model has it (without wrapper prefixes)."""
+    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+
+
+@torch.no_grad()
+def materialise(model: nn.Module, device: torch.device, seed: int, cpu_offload: bool) -> None:
+    """Allocate the (sharded) parameters for real and fill them deterministically.
+
+    Each parameter's full value comes from model.init_tensor (seeded by its name), and each
+    rank keeps only its shard of it, so the weights do not depend on the world size."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    from tokenmill.trainer.model import init_tensor
+
+    param_device = torch.device("cpu") if cpu_offload else device
+    model.to_empty(device=param_device)
+    for name, p in model.named_parameters():
+        name = canonical_name(name)
+        full = init_tensor(name, p.shape, model.args, seed, param_device)
+        if isinstance(p, DTensor):
+            # src_data_rank=None: every rank computed the same full tensor; just keep the local shard.
+            full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
+        p.copy_(full)
+    model.init_buffers(device)
+
+
+def wants_fsdp(d: Dist, shard_single_rank: bool) -> bool:
+    """FSDP whenever there is something to shard over, and always on GPU (its mixed-precision
+    policy is how bf16 runs there). A lone CPU process is left unsharded by default: there
+    fully_shard only adds copies (~7% of a small model's step); the weights, checkpoints
+    (DCP reads them back into any world size) and every number are the same either way."""
+    return d.world > 1 or d.device.type != "cpu" or shard_single_rank
+
+
+def parallelize(make, cfg, d: Dist, precision: str) -> nn.Module:
+    offload = cfg.parallel.cpu_offload and d.device.type != "cpu"  # on CPU everything already is
+    model = build_on_meta(make)
+    apply_activation_checkpointing(model, cfg.parallel.activation_checkpointing)
+    if cfg.parallel.compile:
+        apply_compile(model)
+    if wants_fsdp(d, cfg.parallel.shard_single_rank):
+        # One rank: resharding after forward frees nothing worth the copy to gather it again.
+        apply_fsdp(model, d.mesh, mixed_precision(precision, d.device), offload,
+                   cfg.parallel.reshard_after_forward and d.world > 1)
+    materialise(model, d.device, cfg.seed, offload)
+    return model
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()

@@ -1,0 +1,341 @@
+"""The training loop. Reads top to bottom: set up, resume, then one step at a time
+(micro-steps, clip, optimizer, metrics, eval, checkpoint), then export.
+
+Every decision that ends or changes the run (skip a non-finite step, save on the wall clock,
+stop on SIGTERM, give up) is taken on values all-reduced across ranks, so all ranks always
+take it together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from dataclasses import asdict
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from tokenmill.errors import UserError
+from tokenmill.trainer import checkpoint as ckpt
+from tokenmill.trainer import data as D
+from tokenmill.trainer.config import OptimConfig, TrainJobConfig
+from tokenmill.trainer.metrics import Metrics, peak_flops, peak_memory_mb, truncate_after
+from tokenmill.trainer.model import ModelArgs, Transformer, count_params, flops_per_token
+from tokenmill.trainer.parallel import (
+    Dist,
+    all_reduce_sum,
+    close_distributed,
+    init_distributed,
+    parallelize,
+    wants_fsdp,
+)
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def lr_at(step: int, peak: float, total: int, warmup: int, start_frac: float = 0.1, final_frac: float = 0.01) -> float:
+    """Linear warmup from peak*start_frac to peak over ``warmup`` steps, then cosine down to
+    peak*final_frac at ``total``."""
+    if step < warmup:
+        return peak * (start_frac + (1.0 - start_frac) * step / warmup)
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (final_frac + (1.0 - final_frac) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only: never on norm gains or biases (vectors)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 and "norm" not in name else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, o: OptimConfig) -> torch.optim.Optimizer:
+    # Fused (one kernel over all params, CPU and GPU): with DTensor params torch would
+    # otherwise fall back to its per-tensor loop.
+    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                             fused=True)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    return precision
+
+
+def autocast(precision: str, device: torch.device):
+    """fp16 anywhere and bf16 on CPU run under autocast; bf16 on GPU is FSDP's param dtype."""
+    if precision == "fp16":
+        return torch.autocast(device.type, dtype=torch.float16)
+    if precision == "bf16" and device.type != "cuda":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def model_args(cfg: TrainJobConfig, vocab_size: int) -> ModelArgs:
+    dims = cfg.model.dims()
+    return ModelArgs(vocab_size=vocab_size, max_seq_len=cfg.data.seq_len, rope_theta=cfg.model.rope_theta,
+                     norm_eps=cfg.model.norm_eps, **dims)
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def loss_sum(model, batch: dict, precision: str, device: torch.device) -> torch.Tensor:
+    """Sum (not mean) of the token losses of one micro-batch, in fp32."""
+    tokens = batch["tokens"]
+    with autocast(precision, device):
+        logits = model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
+    return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
+
+
+@torch.no_grad()
+def evaluate(model, batches: list, precision: str, device: torch.device) -> float:
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    for batch, weight in batches:
+        batch, weight = to_device(batch, device), weight.to(device)
+        tokens = batch["tokens"]
+        with autocast(precision, device):
+            logits = model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
+        per_row = F.cross_entropy(logits.float().transpose(1, 2), tokens[:, 1:], reduction="none").sum(1)
+        total[0] += (per_row * weight).sum()
+        total[1] += weight.sum() * (tokens.shape[1] - 1)
+    dist.all_reduce(total)
+    model.train()
+    return (total[0] / total[1]).item()
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+# ---------------------------------------------------------------- setup helpers
+
+
+def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
+    """Manifests of every --data output; rank 0 verifies the checksums and tells the others."""
+    manifests, error = None, None
+    if d.main:
+        try:
+            manifests = [D.open_output(p, cfg.data.verify_checksums) for p in cfg.data.paths]
+        except UserError as e:
+            error = str(e)
+    box = [manifests, error]
+    dist.broadcast_object_list(box, src=0)
+    if box[1]:
+        raise UserError(box[1])
+    return box[0]
+
+
+def check_same_model(run: str, args: ModelArgs, d: Dist) -> None:
+    """A RUN keeps one model shape: resuming a different one would fail deep inside DCP."""
+    import json
+
+    path = os.path.join(run, "model.json")
+    existed = os.path.exists(path)
+    if existed:
+        with open(path, encoding="utf-8") as fh:
+            before = json.load(fh)
+        if before != asdict(args):
+            diff = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in asdict(args).items() if before.get(k) != v)
+            raise UserError(f"{run} holds a run of another model shape ({diff}): use a new --run or the same settings")
+    dist.barrier()  # every rank has looked before rank 0 writes
+    if d.main and not existed:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(asdict(args), fh, indent=2)
+
+
+class _StopFlag:
+    """SIGTERM (preemption, scancel) asks for a checkpoint at the end of the current step."""
+
+    def __init__(self):
+        self.set = False
+        self._old = signal.signal(signal.SIGTERM, self._handle) if _main_thread() else None
+
+    def _handle(self, *_):
+        self.set = True
+
+    def restore(self):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def oom_message(cfg: TrainJobConfig, step: int) -> str:
+    return (f"CUDA out of memory at step {step} (micro batch {cfg.train.micro_batch} x seq_len {cfg.data.seq_len}): "
+            f"lower train.micro_batch (raise train.grad_accum to keep the batch) or data.seq_len, or set "
+            f"parallel.activation_checkpointing=1 or parallel.cpu_offload=true")
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(cfg: TrainJobConfig, run_dir: str) -> int:
+    d = init_distributed()
+    try:
+        return train(cfg, run_dir, d)
+    finally:
+        close_distributed()
+
+
+def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
+    # -- data: verified manifests, one token stream per output and split
+    manifests = open_data(cfg, d)
+    tok = D.check_compatible(manifests, cfg.data.paths)
+    streams = [D.TokenStream(D.split_files(p, m, "train"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+    dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None, cfg.data.doc_mask)
+    val_streams = [D.TokenStream(D.split_files(p, m, "val"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+    val = D.val_batches(val_streams, cfg.data.seq_len, cfg.eval.samples, cfg.train.micro_batch, d.rank, d.world,
+                        cfg.data.doc_mask)
+
+    # -- model, optimizer, precision
+    precision = resolve_precision(cfg.precision, d.device)
+    args = model_args(cfg, tok["vocab_size"])
+    if d.main:
+        os.makedirs(run_dir, exist_ok=True)
+    dist.barrier()
+    check_same_model(run_dir, args, d)
+    torch.manual_seed(cfg.seed)
+    model = parallelize(lambda: Transformer(args), cfg, d, precision)
+    optim = build_optimizer(model, cfg.optim)
+    scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
+
+    # -- resume from the newest complete checkpoint (its integers say where the data stands)
+    ckpt_root = os.path.join(run_dir, "checkpoints")
+    if d.main:
+        ckpt.sweep(ckpt_root)
+    dist.barrier()
+    found = [ckpt.latest(ckpt_root)]
+    dist.broadcast_object_list(found, src=0)
+    state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None}
+    if found[0]:
+        state.update(ckpt.load(found[0][1], model, optim))
+        if scaler is not None and state.get("scale"):
+            scaler.update(state["scale"])
+    if d.main:  # lines a killed run logged past its last checkpoint are dropped
+        truncate_after(os.path.join(run_dir, "metrics.jsonl"), state["step"])
+    metrics = Metrics(run_dir, d.main, cfg.metrics.tensorboard, cfg.train.steps, cfg.train.log_every)
+    if found[0]:
+        metrics.note(f"resumed from {found[0][1]} (step {state['step']}, {state['samples']:,} samples)")
+
+    # -- the loop
+    G = cfg.train.micro_batch * cfg.train.grad_accum * d.world
+    global_tokens = G * cfg.data.seq_len  # every window has seq_len targets, none masked
+    fpt = flops_per_token(args, cfg.data.seq_len)
+    peak = peak_flops(d.device, precision, cfg.metrics.peak_flops)
+    warmup = cfg.warmup()
+    n_all, n_body = count_params(args)
+    if state["step"] < cfg.train.steps:
+        metrics.note(f"{n_all / 1e6:.1f}M parameters ({n_body / 1e6:.1f}M without embeddings), {d.world} rank(s) on "
+                     f"{d.device.type} ({'FSDP2' if wants_fsdp(d, cfg.parallel.shard_single_rank) else 'unsharded'}), "
+                     f"{precision}, global batch {G} x {cfg.data.seq_len} tokens, "
+                     f"steps {state['step']} -> {cfg.train.steps}")
+    loader = D.train_loader(dataset, D.RankBatches(state["samples"], cfg.train.micro_batch, cfg.train.grad_accum,
+                                                   d.rank, d.world),
+                            cfg.data.num_workers, cfg.data.prefetch_factor, pin_memory=d.device.type == "cuda")
+    batches = iter(loader)
+    stop = _StopFlag()
+    last_save = time.monotonic()
+    step = start_step = state["step"]
+    try:
+        while step < cfg.train.steps:
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg.optim.lr, cfg.train.steps, warmup, cfg.optim.warmup_start_frac, cfg.optim.final_frac)
+            for group in optim.param_groups:
+                group["lr"] = lr
+
+            # micro-steps: each backward adds d(sum of its token losses)/global_tokens; FSDP
+            # averages over ranks, hence the factor world: the result is the gradient of the
+            # mean loss over every target token of the global batch.
+            wait, total = 0.0, torch.zeros((), dtype=torch.float64, device=d.device)
+            for micro in range(cfg.train.grad_accum):
+                tw = time.perf_counter()
+                batch = to_device(next(batches), d.device)
+                wait += time.perf_counter() - tw
+                if cfg.train.skip_sync and cfg.train.grad_accum > 1 and hasattr(model, "set_requires_gradient_sync"):
+                    model.set_requires_gradient_sync(micro == cfg.train.grad_accum - 1)
+                ls = loss_sum(model, batch, precision, d.device)
+                scaled = ls * (d.world / global_tokens)
+                (scaler.scale(scaled) if scaler else scaled).backward()
+                total += ls.detach()
+
+            if scaler is not None:
+                scaler.unscale_(optim)
+            grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)).item()
+            # One all-reduce for everything the ranks must agree on: the loss, rank 0's clock,
+            # and whether any rank was asked to stop.
+            want_time_save = d.main and cfg.checkpoint.every_minutes > 0 and \
+                time.monotonic() - last_save >= 60 * cfg.checkpoint.every_minutes
+            loss_total, time_flag, stop_flag = all_reduce_sum([total.item(), float(want_time_save), float(stop.set)],
+                                                              d.device)
+            loss = loss_total / global_tokens
+            finite = math.isfinite(loss) and math.isfinite(grad_norm)
+            if scaler is not None:
+                scaler.step(optim)  # skips the update itself when the grads overflowed
+                scaler.update()
+            elif finite:
+                optim.step()
+            optim.zero_grad(set_to_none=True)
+            step += 1
+            state["step"], state["samples"] = step, state["samples"] + G
+            state["bad_in_row"] = 0 if finite else state["bad_in_row"] + 1
+            state["skipped_steps"] += 0 if finite else 1
+            if scaler is not None:
+                state["scale"] = scaler.get_scale()
+
+            dt = time.perf_counter() - t0
+            row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": global_tokens / dt,
+                   "mfu": (global_tokens / dt) * fpt / (peak * d.world) if peak else None,
+                   "data_wait_pct": 100 * wait / dt, "peak_mem_mb": peak_memory_mb(d.device),
+                   "skipped": not finite, "tokens": state["samples"] * cfg.data.seq_len}
+            if val and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.train.steps):
+                row["val_loss"] = evaluate(model, val, precision, d.device)
+                if cfg.checkpoint.best and (state["best_val"] is None or row["val_loss"] < state["best_val"]):
+                    state["best_val"] = row["val_loss"]
+                    ckpt.save(os.path.join(ckpt_root, "best"), model, None, dict(state), d.main)
+            metrics.log(row)
+            if state["bad_in_row"] >= cfg.train.max_bad_steps:
+                hint = ", or use precision=bf16" if precision == "fp16" else ""
+                raise UserError(f"{state['bad_in_row']} steps in a row had a non-finite loss or gradient norm "
+                                f"(last at step {step}): lower optim.lr or raise optim.warmup_steps{hint}")
+
+            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or time_flag or stop_flag \
+                    or step == cfg.train.steps:
+                ckpt.save(os.path.join(ckpt_root, ckpt.step_name(step)), model, optim, dict(state), d.main)
+                if d.main:
+                    ckpt.prune(ckpt_root, cfg.checkpoint.keep)
+                last_save = time.monotonic()
+            if stop_flag:
+                metrics.note(f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same command to resume")
+                return 143
+    except torch.OutOfMemoryError:
+        raise UserError(oom_message(cfg, step + 1)) from None
+    finally:
+        stop.restore()
+        metrics.close()
+        del batches, loader  # stops the DataLoader workers
+
+    hf_dir = os.path.join(run_dir, "hf")
+    if step == start_step and os.path.exists(hf_dir):
+        metrics.note(f"{run_dir} is already trained to step {step}: raise train.steps to continue")
+    elif cfg.export.enabled:
+        from tokenmill.trainer.export import export_hf
+
+        tokenizer_json = os.path.join(cfg.data.paths[0], tok.get("file", "tokenizer.json"))
+        if export_hf(run_dir, model, args, tok, tokenizer_json, cfg.export.dtype, d.main):
+            metrics.note(f"exported {hf_dir} (transformers: AutoModelForCausalLM.from_pretrained)")
+    return 0
