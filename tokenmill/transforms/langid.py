@@ -9,8 +9,13 @@ one exists (``__label__eng_Latn`` -> ``en``, ``__label__deu`` -> ``de``).
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
+import shutil
+import tempfile
+
+from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
@@ -30,16 +35,29 @@ def default_model_path() -> str:
 
 def resolve_model_path(cfg: LanguageConfig) -> str:
     path = cfg.model or default_model_path()
-    if not os.path.isfile(path):
+    exists = FileSystems.exists(path) if "://" in path else os.path.isfile(path)
+    if not exists:
         raise UserError(f"language.model: file not found: {path}")
     return path
+
+
+def _local_copy(path: str) -> str:
+    """fastText loads from a local file only: a gs:// or s3:// model is copied to the worker once."""
+    if "://" not in path:
+        return path
+    local = os.path.join(tempfile.gettempdir(), "tokenmill-" + hashlib.sha256(path.encode()).hexdigest()[:16])
+    if not os.path.exists(local):
+        with FileSystems.open(path) as src, open(local + ".part", "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+        os.replace(local + ".part", local)
+    return local
 
 
 def load_model(path: str):
     import fasttext
 
     try:
-        return fasttext.load_model(path)
+        return fasttext.load_model(_local_copy(path))
     except Exception as e:  # fastText raises ValueError on a file that is not a model
         raise UserError(f"language.model: {path} is not a fastText model ({e})") from None
 

@@ -188,7 +188,9 @@ def verify_output(out: str, manifest: dict) -> list[str]:
 
 
 def count_shard(path: str) -> tuple[int, int]:
-    with pa.memory_map(path) as source:
+    # Local shards are memory-mapped; remote ones (gs://, s3://) are read through FileSystems.
+    opener = FileSystems.open if "://" in path else pa.memory_map
+    with opener(path) as source:
         reader = pa.ipc.open_file(source)
         docs = tokens = 0
         for i in range(reader.num_record_batches):
