@@ -7,13 +7,11 @@ raised before any process group, model or loader exists.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tokenmill.config import _format_validation_error, parse_set
+from tokenmill.config import load_validated
 from tokenmill.errors import UserError
 
 
@@ -168,32 +166,7 @@ class TrainJobConfig(BaseModel):
 
 def load_train_config(path: str | None = None, overrides: list[str] | None = None,
                       data: list[str] | None = None) -> TrainJobConfig:
-    data_dict: dict[str, Any] = {}
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise UserError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            mark = getattr(e, "problem_mark", None)
-            raise UserError(f"config file {path}{f' line {mark.line + 1}' if mark else ''}: not valid YAML") from None
-        if not isinstance(loaded or {}, dict):
-            raise UserError(f"config file {path}: expected a mapping of sections, got {type(loaded).__name__}")
-        data_dict = loaded or {}
-    for item in overrides or []:
-        keys, value = parse_set(item)
-        node = data_dict
-        for k in keys[:-1]:
-            nxt = node.setdefault(k, {})
-            if not isinstance(nxt, dict):
-                raise UserError(f"--set {item!r}: {k} is not a section")
-            node = nxt
-        node[keys[-1]] = value
-    try:
-        cfg = TrainJobConfig.model_validate(data_dict)
-    except ValidationError as e:
-        raise UserError(_format_validation_error(e, f" in {path}" if path else "")) from None
+    cfg = load_validated(TrainJobConfig, path, overrides)
     if data:
         cfg.data.paths = list(data)
     if not cfg.data.paths:
