@@ -112,13 +112,6 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         raise
 
 
-def not_yet(issue: str):
-    def run(args: argparse.Namespace, _: list[str]) -> int:
-        raise UserError(f"`tokenmill {args.verb}` is not implemented yet ({issue})")
-
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenmill",

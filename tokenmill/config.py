@@ -95,19 +95,6 @@ class LanguageConfig(Section):
         return [str(c).strip().lower() for c in v]
 
 
-class _NotYet(Section):
-    """A stage owned by a later issue: present so configs stay stable, refused when enabled."""
-
-    enabled: bool = False
-    _issue: str = ""
-
-    @model_validator(mode="after")
-    def _refuse(self):
-        if self.enabled:
-            raise ValueError(f"this stage is not implemented yet ({self._issue}); leave enabled=false")
-        return self
-
-
 class _Rules(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     enabled: bool = True
