@@ -148,10 +148,14 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
     dtype = tok_info | "Dtype" >> beam.Map(lambda info: tokenize.token_dtype(info["vocab_size"]).name)
     _ = tok_json | "WriteTokenizer" >> beam.Map(
         lambda js: shards.write_atomically(FileSystems.join(out, "tokenizer.json"), js.encode("utf-8")))
-    docs = (docs
-            | "Batch" >> beam.BatchElements(min_batch_size=min(16, t.batch_size), max_batch_size=t.batch_size)
-            | "Tokenize" >> beam.ParDo(tokenize.TokenizeBatchFn(t.eos_token),
-                                       tok_json=beam.pvalue.AsSingleton(tok_json)))
+    # Dropped docs go around the tokenizer: the Tokenize step waits for the tokenizer side
+    # input, and on a local runner everything waiting at that barrier is held in memory.
+    live, dropped = docs | "SplitDropped" >> beam.Partition(lambda d, _: 1 if d.get("dropped_by") else 0, 2)
+    tokenized = (live
+                 | "Batch" >> beam.BatchElements(min_batch_size=min(16, t.batch_size), max_batch_size=t.batch_size)
+                 | "Tokenize" >> beam.ParDo(tokenize.TokenizeBatchFn(t.eos_token),
+                                            tok_json=beam.pvalue.AsSingleton(tok_json)))
+    docs = (tokenized, dropped) | "WithDropped" >> beam.Flatten()
     if cfg.shards.enabled:
         s = cfg.shards
         config = cfg.model_dump(mode="json")
