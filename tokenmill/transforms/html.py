@@ -686,6 +686,16 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
                 b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
         raw_len = link_len = 0
 
+    def add_text(t: str) -> None:
+        """Text (or tail) of an element into the current block; <pre> keeps its line breaks."""
+        nonlocal raw_len, link_len
+        if pre_depth:
+            t = t.replace("\n", _BR)
+        buf.append(t)
+        raw_len += len(t)
+        if link_depth:
+            link_len += len(t)
+
     walker = etree.iterwalk(top, events=("start", "end"))
     count = 0
     for event, el in walker:
@@ -739,14 +749,8 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
                     continue
                 if tag == "a":
                     link_depth += 1
-                t = el.text
-                if t:
-                    if pre_depth:
-                        t = t.replace("\n", _BR)
-                    buf.append(t)
-                    raw_len += len(t)
-                    if link_depth:
-                        link_len += len(t)
+                if el.text:
+                    add_text(el.text)
                 continue
             if buf:
                 flush()
@@ -761,14 +765,8 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
             cur = i
             if tag == "pre":
                 pre_depth += 1
-            t = el.text
-            if t:
-                if pre_depth:
-                    t = t.replace("\n", _BR)
-                buf.append(t)
-                raw_len += len(t)
-                if link_depth:
-                    link_len += len(t)
+            if el.text:
+                add_text(el.text)
         else:
             if el is skipping:
                 skipping = None
@@ -787,14 +785,8 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
                     cur = stack[-1] if stack else -1
             if el is top:
                 break
-            t = el.tail
-            if t:
-                if pre_depth:
-                    t = t.replace("\n", _BR)
-                buf.append(t)
-                raw_len += len(t)
-                if link_depth:
-                    link_len += len(t)
+            if el.tail:
+                add_text(el.tail)
     if buf and cur >= 0:
         flush()
     return pg
