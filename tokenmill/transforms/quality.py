@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from itertools import compress
 from typing import Any
 
 from tokenmill.config import QualityConfig
@@ -68,36 +69,39 @@ def _dup_stats(items: list[str]) -> tuple[float, float]:
     return dup / len(items), dup_chars / total_chars
 
 
-def _top_ngram_frac(words: list[str], n: int) -> float:
+def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
+    # zip over shifted views: one tuple per n-gram, no list slice per position.
+    return list(zip(*(words[k:] for k in range(n))))
+
+
+def _top_ngram_frac(words: list[str], n: int, total_chars: int) -> float:
     """Characters covered by the most frequent word n-gram, over all word characters (Gopher)."""
     if len(words) < n:
         return 0.0
-    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
-    gram, count = grams.most_common(1)[0]
+    gram, count = Counter(_ngrams(words, n)).most_common(1)[0]
     if count <= 1:
         return 0.0
-    total = sum(len(w) for w in words) or 1
-    return sum(len(w) for w in gram) * count / total
+    return sum(map(len, gram)) * count / (total_chars or 1)
 
 
-def _dup_ngram_frac(words: list[str], n: int) -> float:
-    """Characters of words inside n-grams that occur more than once (Gopher, non-overlapping)."""
+def _dup_ngram_frac(words: list[str], n: int, lengths: list[int], total_chars: int) -> float:
+    """Characters of words inside n-grams that occur more than once (Gopher, non-overlapping).
+    ``lengths`` are the words' lengths, ``total_chars`` their sum (computed once per doc)."""
     if len(words) < n:
         return 0.0
+    grams = _ngrams(words, n)
     seen: set[tuple[str, ...]] = set()
     covered = [False] * len(words)
-    i = 0
-    while i <= len(words) - n:
-        gram = tuple(words[i:i + n])
+    i, last = 0, len(grams)
+    while i < last:
+        gram = grams[i]
         if gram in seen:
-            for j in range(i, i + n):
-                covered[j] = True
+            covered[i:i + n] = [True] * n
             i += n
         else:
             seen.add(gram)
             i += 1
-    total = sum(len(w) for w in words) or 1
-    return sum(len(w) for w, c in zip(words, covered) if c) / total
+    return sum(compress(lengths, covered)) / (total_chars or 1)
 
 
 def _entropy(counts: Counter) -> float:
@@ -111,6 +115,8 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     no_space = (lang or "") in cfg.no_space_langs
     words = words_of(text, no_space)
     lower_words = [w.lower() for w in words]
+    lengths = list(map(len, lower_words))  # lowercasing can change a length ("İ" -> "i̇")
+    word_chars = sum(lengths)
     n_words = len(words)
     lines = [ln.strip() for ln in text.split("\n")]
     lines = [ln for ln in lines if ln]
@@ -119,7 +125,7 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     stops = cfg.stop_words.get(lang or "", [])
     s: dict[str, Any] = {
         "n_words": n_words,
-        "mean_word_len": (sum(len(w) for w in words) / n_words) if n_words else 0.0,
+        "mean_word_len": (sum(map(len, words)) / n_words) if n_words else 0.0,
         "symbol_word_ratio": (text.count("#") + sum(text.count(e) for e in _ELLIPSIS)) / max(n_words, 1),
         "bullet_line_ratio": sum(ln.startswith(_BULLETS) for ln in lines) / n_lines,
         "ellipsis_line_ratio": sum(ln.endswith(_ELLIPSIS) for ln in lines) / n_lines,
@@ -128,10 +134,12 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     }
     s["dup_line_frac"], s["dup_line_char_frac"] = _dup_stats(lines)
     s["dup_para_frac"], s["dup_para_char_frac"] = _dup_stats(paras)
+    # Shortcuts, exact: with no repeated n-gram there is no repeated (n+1)-gram either (its
+    # first n words would repeat), so once a fraction is 0 the longer ones are 0 too.
     for n in (2, 3, 4):
-        s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n)
+        s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, word_chars) if n == 2 or s[f"top_{n - 1}gram_frac"] else 0.0
     for n in range(5, 11):
-        s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n)
+        s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n, lengths, word_chars) if n == 5 or s[f"dup_{n - 1}gram_frac"] else 0.0
     # FineWeb rules.
     s["terminal_punct_line_ratio"] = sum(ln.endswith(_TERMINAL) for ln in lines) / n_lines
     s["short_line_ratio"] = sum(len(ln) <= cfg.fineweb_short_line_chars for ln in lines) / n_lines

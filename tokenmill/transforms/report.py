@@ -224,6 +224,13 @@ class ReportFn(beam.CombineFn):
         return acc
 
 
+class MergeReportsFn(ReportFn):
+    """Merges the accumulators ``ReportFn`` produced on separate branches of the graph."""
+
+    def add_input(self, acc, other):
+        return merge([acc, other], self.n_samples)
+
+
 # ---------------------------------------------------------------- terminal summary
 
 
