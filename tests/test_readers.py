@@ -201,3 +201,43 @@ def test_real_warc_files():
     assert clipped[-1]["dropped_by"] in ("read:truncated_file", "read:corrupt_file")
     old = read_all(shared("warc", "ukwa", "IAH-20080430204825-00000-blackbook-truncated.warc.gz"))
     assert any(not d["dropped_by"] for d in old)
+
+
+def _tasks_records(tasks, cfg):
+    from tokenmill.transforms.readers import plan_task, read_task
+
+    return [r for t in tasks for item in plan_task(t, cfg)
+            for r in ([item] if isinstance(item, dict) else read_task(item, cfg))]
+
+
+def test_tasks_cover_every_file_once_small_ones_in_runs(tmp_path):
+    from tokenmill.transforms.readers import MIN_TASKS, files_in, write_input_list
+
+    src = tmp_path / "pages"
+    src.mkdir()
+    n = 2 * MIN_TASKS + 7  # two files per task, and one shorter run at the end
+    for i in range(n):
+        (src / f"p{i:05d}.txt").write_text(f"page {i}")
+    (src / "empty.txt").write_bytes(b"")
+    files = resolve_inputs([str(src)])
+    cfg = ReadConfig()
+    tasks = write_input_list(files, str(tmp_path / "inputs.jsonl"), cfg)
+    assert len(tasks) == (n + 1 + 1) // 2 and not any(t.split for t in tasks)
+    assert [f for t in tasks for f in files_in(t)] == files
+    records = _tasks_records(tasks, cfg)
+    assert sorted(r["text"] for r in records if not r["dropped_by"]) == sorted(f"page {i}" for i in range(n))
+    assert [r["dropped_by"] for r in records if r["dropped_by"]] == ["read:empty_file"]
+
+
+def test_big_splittable_file_is_its_own_task_and_read_once(tmp_path):
+    from tokenmill.transforms.readers import plan_task, write_input_list
+
+    (tmp_path / "small.jsonl").write_text(json.dumps({"id": "s", "text": "small"}) + "\n")
+    (tmp_path / "big.jsonl").write_text("".join(json.dumps({"id": f"b{i}", "text": "x" * 50}) + "\n" for i in range(500)))
+    cfg = ReadConfig(split_bytes=1000)
+    tasks = write_input_list(resolve_inputs([str(tmp_path)]), str(tmp_path / "out-inputs.jsonl"), cfg)
+    assert [t.split for t in tasks] == [True, False]  # big.jsonl alone; small.jsonl in a run
+    units = list(plan_task(tasks[0], cfg))
+    assert len(units) > 20 and all(isinstance(u, Unit) for u in units)
+    ids = [r["id"] for r in _tasks_records(tasks, cfg)]
+    assert sorted(ids) == sorted([f"b{i}" for i in range(500)] + ["s"])

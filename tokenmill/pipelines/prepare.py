@@ -27,24 +27,25 @@ from tokenmill.transforms.langid import LanguageFn, resolve_model_path
 from tokenmill.transforms.normalize import NormalizeFn
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
-from tokenmill.transforms.readers import InputFile, Unit, plan_units, read_unit, resolve_inputs
+from tokenmill.transforms.readers import InputFile, plan_task, read_task, resolve_inputs, write_input_list
 from tokenmill.transforms.report import MergeReportsFn, ReportFn, write_report
 from tokenmill.transforms.stage import count
 
 ROW_GROUP_BYTES = 8 * 1024 * 1024
+INPUT_LIST = "inputs.jsonl"
 
 
 class ReadFn(beam.DoFn):
     def __init__(self, cfg):
         self.cfg = cfg
 
-    def process(self, unit):
-        if not isinstance(unit, Unit):  # a dropped doc from planning (empty file, unknown format)
-            count(f"dropped.{unit['dropped_by']}")
-            yield unit
+    def process(self, task):
+        if isinstance(task, dict):  # a dropped doc from planning a big file (an unreadable footer)
+            count(f"dropped.{task['dropped_by']}")
+            yield task
             return
-        for d in read_unit(unit, self.cfg):
-            count("read.records")
+        for d in read_task(task, self.cfg):
+            count("read.records")  # every row the docs Parquet will hold, dropped ones too
             if d.get("dropped_by"):
                 count(f"dropped.{d['dropped_by']}")
             yield d
@@ -73,11 +74,12 @@ def check_job(cfg: JobConfig) -> list[InputFile]:
 
 def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
     out = cfg.output
+    tasks = write_input_list(files, FileSystems.join(out, INPUT_LIST), cfg.read)
     docs = (
         p
-        | "Inputs" >> beam.Create(files)
-        | "Plan" >> beam.FlatMap(plan_units, cfg.read)
-        # Units fan out to all workers here: without it the runner may fuse planning and
+        | "Inputs" >> beam.Create(tasks)
+        | "Plan" >> beam.FlatMap(plan_task, cfg.read)
+        # Tasks fan out to all workers here: without it the runner may fuse planning and
         # reading, and one big file would again be one worker's job.
         | "Spread" >> beam.Reshuffle()
         | "Read" >> beam.ParDo(ReadFn(cfg.read))
@@ -186,7 +188,7 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
 def clear_previous_output(out: str) -> None:
     """Remove what an earlier run wrote under OUT (only tokenmill's own files), so no stale shard
     of a run with a different shard count is mistaken for part of this one."""
-    for pattern in ("manifest.json", "tokenizer.json", "shards/*.arrow", "shards/*.arrow.tmp-*",
+    for pattern in ("manifest.json", INPUT_LIST, "tokenizer.json", "shards/*.arrow", "shards/*.arrow.tmp-*",
                     "docs/*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
         matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
         if matched:

@@ -69,19 +69,23 @@ def _dup_stats(items: list[str]) -> tuple[float, float]:
     return dup / len(items), dup_chars / total_chars
 
 
-def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
-    # zip over shifted views: one tuple per n-gram, no list slice per position.
-    return list(zip(*(words[k:] for k in range(n))))
+def _ngram_keys(words: list[str], n: int):
+    # One int per n-gram (Python's 64-bit tuple hash), made as needed: sets and counters of
+    # ints take a third of the memory of the n-gram tuples themselves, which on the largest
+    # pages (200,000 characters) was the peak of the whole pipeline. Two different n-grams of
+    # one document share a key with odds of about 1e-10.
+    return map(hash, zip(*(words[k:] for k in range(n))))
 
 
-def _top_ngram_frac(words: list[str], n: int, total_chars: int) -> float:
+def _top_ngram_frac(words: list[str], n: int, lengths: list[int], total_chars: int) -> float:
     """Characters covered by the most frequent word n-gram, over all word characters (Gopher)."""
     if len(words) < n:
         return 0.0
-    gram, count = Counter(_ngrams(words, n)).most_common(1)[0]
+    key, count = Counter(_ngram_keys(words, n)).most_common(1)[0]
     if count <= 1:
         return 0.0
-    return sum(map(len, gram)) * count / (total_chars or 1)
+    first = next(i for i, k in enumerate(_ngram_keys(words, n)) if k == key)
+    return sum(lengths[first:first + n]) * count / (total_chars or 1)
 
 
 def _dup_ngram_frac(words: list[str], n: int, lengths: list[int], total_chars: int) -> float:
@@ -89,18 +93,17 @@ def _dup_ngram_frac(words: list[str], n: int, lengths: list[int], total_chars: i
     ``lengths`` are the words' lengths, ``total_chars`` their sum (computed once per doc)."""
     if len(words) < n:
         return 0.0
-    grams = _ngrams(words, n)
-    seen: set[tuple[str, ...]] = set()
+    seen: set[int] = set()
     covered = [False] * len(words)
-    i, last = 0, len(grams)
-    while i < last:
-        gram = grams[i]
-        if gram in seen:
+    resume = 0  # after a repeat, the next n-gram considered starts past it
+    for i, key in enumerate(_ngram_keys(words, n)):
+        if i < resume:
+            continue
+        if key in seen:
             covered[i:i + n] = [True] * n
-            i += n
+            resume = i + n
         else:
-            seen.add(gram)
-            i += 1
+            seen.add(key)
     return sum(compress(lengths, covered)) / (total_chars or 1)
 
 
@@ -137,7 +140,7 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     # Shortcuts, exact: with no repeated n-gram there is no repeated (n+1)-gram either (its
     # first n words would repeat), so once a fraction is 0 the longer ones are 0 too.
     for n in (2, 3, 4):
-        s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, word_chars) if n == 2 or s[f"top_{n - 1}gram_frac"] else 0.0
+        s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, lengths, word_chars) if n == 2 or s[f"top_{n - 1}gram_frac"] else 0.0
     for n in range(5, 11):
         s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n, lengths, word_chars) if n == 5 or s[f"dup_{n - 1}gram_frac"] else 0.0
     # FineWeb rules.
