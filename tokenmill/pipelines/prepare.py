@@ -159,16 +159,20 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
     OUT/tokenizer.json, the shards and the manifest. ``docs`` holds survivors only; returns
     them with their tokens."""
     t, out = cfg.tokenize, cfg.output
+    tok_path = FileSystems.join(out, "tokenizer.json")
     if t.tokenizer:
-        tok_json = p | "TokenizerFile" >> beam.Create([tokenize.read_tokenizer_json(t.tokenizer)])
+        # The launcher copies it to OUT and a worker reads it back from there: a JSON given to
+        # Create would be pickled and bz2-compressed into the graph (200 ms for a 32k vocab).
+        shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer).encode("utf-8"))
+        tok_json = p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
+            tokenize.read_tokenizer_json)
     else:
         tok_json = (docs
                     | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_max_chars, t.vocab_size,
                                                                  t.kind, t.min_frequency))
+        _ = tok_json | "WriteTokenizer" >> beam.Map(lambda js: shards.write_atomically(tok_path, js.encode("utf-8")))
     tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenize.tokenizer_info, t.eos_token)
     dtype = tok_info | "Dtype" >> beam.Map(lambda info: tokenize.token_dtype(info["vocab_size"]).name)
-    _ = tok_json | "WriteTokenizer" >> beam.Map(
-        lambda js: shards.write_atomically(FileSystems.join(out, "tokenizer.json"), js.encode("utf-8")))
     docs = (docs
                  | "Batch" >> beam.BatchElements(min_batch_size=min(16, t.batch_size), max_batch_size=t.batch_size)
                  | "Tokenize" >> beam.ParDo(tokenize.TokenizeBatchFn(t.eos_token),
@@ -185,14 +189,16 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
     return docs
 
 
-def clear_previous_output(out: str) -> None:
+def clear_previous_output(out: str, keep: str | None = None) -> None:
     """Remove what an earlier run wrote under OUT (only tokenmill's own files), so no stale shard
     of a run with a different shard count is mistaken for part of this one."""
     for pattern in ("manifest.json", INPUT_LIST, "tokenizer.json", "shards/*.arrow", "shards/*.arrow.tmp-*",
                     "docs/*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
         matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
-        if matched:
-            FileSystems.delete([m.path for m in matched])
+        # ``keep``: the tokenizer this job reads, when it is the one an earlier run left in OUT.
+        paths = [m.path for m in matched if not keep or _absolute(m.path) != _absolute(keep)]
+        if paths:
+            FileSystems.delete(paths)
     if "://" not in out:  # local folders left by a crashed write; object stores have no folders
         for d in glob.glob(os.path.join(out, "docs", "beam-temp-*")):
             shutil.rmtree(d, ignore_errors=True)
@@ -208,7 +214,7 @@ def run(cfg: JobConfig, beam_args: list[str]) -> str:
         # the fastest local mode here.
         beam_args = [*beam_args, "--runner=FnApiRunner"]
     options = PipelineOptions(beam_args)
-    clear_previous_output(cfg.output)
+    clear_previous_output(cfg.output, keep=cfg.tokenize.tokenizer)
     with beam.Pipeline(options=options) as p:
         build(p, cfg, files)
     return FileSystems.join(cfg.output, "report", "report.json")
