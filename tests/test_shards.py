@@ -130,6 +130,18 @@ def test_given_tokenizer_is_used_and_copied(tmp_path):
     assert manifest["tokenizer"]["sha256"] == hashlib.sha256((tmp_path / "given.json").read_bytes()).hexdigest()
 
 
+def test_rerun_with_the_tokenizer_an_earlier_run_left_in_out(prepared, tmp_path):
+    # Clearing OUT before a run must not delete the tokenizer that run is told to read.
+    out = tmp_path / "o"
+    shutil.copytree(prepared[0], out)
+    before = (out / "tokenizer.json").read_bytes()
+    rc, rows, _ = run_prepare(out, [], sets=SMALL + [f"tokenize.tokenizer={out / 'tokenizer.json'}"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert rc == 0 and (out / "tokenizer.json").read_bytes() == before
+    assert manifest["tokenizer"]["sha256"] == hashlib.sha256(before).hexdigest()
+    assert len(rows) == len(prepared[1])  # every docs file of the first run was replaced, none doubled
+
+
 def test_empty_corpus_gives_a_valid_empty_manifest(tmp_path, caplog):
     rc, rows, report = run_prepare(tmp_path / "o", [], sets=["language.keep=[xx]", "tokenize.vocab_size=300"])
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
