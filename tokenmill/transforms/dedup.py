@@ -49,7 +49,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsSingleton, TaggedOutput
 
 from tokenmill.config import DedupConfig
-from tokenmill.transforms.doc import drop, is_dropped
+from tokenmill.transforms.doc import drop, is_dropped, pack, unpack
 
 STAGE = "dedup"
 EXACT_REASON = "exact_duplicate"
@@ -522,7 +522,7 @@ class _Prepare(beam.DoFn):
         # Signatures are computed before the exact step, also for exact copies: it costs CPU
         # but spares a second shuffle of the full documents (text is needed for the signature).
         sig = self._hasher.text_signature(text, self._n) if self._hasher else None
-        yield (h, (0, doc))
+        yield (h, (0, pack(doc)))  # packed: the join shuffles every document
         yield TaggedOutput(self.NODE, (h, (key, sig)))
 
 
@@ -678,16 +678,16 @@ class _Assign(beam.DoFn):
                 label = v
         in_cluster = label is not None or (count or 0) > 1
         if not in_cluster:
-            for t, doc in items:
+            for t, packed in items:
                 if t == 0:
-                    yield doc
+                    yield unpack(packed)
             return
         cluster_id = node_id(label if label is not None else rep, self._mode)
         rep_seen = False
-        for t, doc in items:
+        for t, packed in items:
             if t != 0:
                 continue
-            doc = dict(doc)  # never mutate an input element
+            doc = unpack(packed)
             doc["dup_cluster"] = cluster_id
             if not rep_seen and node_key(doc, h, self._mode, self._qfield) == rep:
                 rep_seen = True

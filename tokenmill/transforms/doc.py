@@ -11,11 +11,16 @@ hint from HTTP headers or the file).
 from __future__ import annotations
 
 import os
+import pickle
+import threading
 from typing import Any
 
 import pyarrow as pa
+import zstandard
 
 TRANSIENT_KEYS = ("html", "encoding")
+# zstd contexts are not thread-safe, and Beam's multi_threading mode shares a process.
+_zstd = threading.local()
 
 # Arrow buffers here are short-lived (Parquet row groups, shard batches). pyarrow's default
 # jemalloc pool keeps freed pages for reuse, and over a long run that cache grew with the
@@ -78,6 +83,24 @@ def drop(doc: dict[str, Any], stage: str, reason: str) -> dict[str, Any]:
 
 def is_dropped(doc: dict[str, Any]) -> bool:
     return bool(doc.get("dropped_by"))
+
+
+def pack(doc: dict[str, Any]) -> bytes:
+    """``doc`` as compact bytes, for a shuffle that must carry whole documents (dedup's join).
+    Beam's local runner holds 5-10x the bytes it shuffles; zstd-1 takes web text to about a
+    third, with no cost bench/stages.py can see (dedup alone on 20,000 survivors, local
+    runner: 1,871 -> 1,606 MB peak)."""
+    return _zstd_contexts().c.compress(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    return pickle.loads(_zstd_contexts().d.decompress(blob))
+
+
+def _zstd_contexts():
+    if not hasattr(_zstd, "c"):
+        _zstd.c, _zstd.d = zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
+    return _zstd
 
 
 def partition_dropped(doc: dict[str, Any], _n: int) -> int:
