@@ -139,10 +139,12 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     s["dup_para_frac"], s["dup_para_char_frac"] = _dup_stats(paras)
     # Shortcuts, exact: with no repeated n-gram there is no repeated (n+1)-gram either (its
     # first n words would repeat), so once a fraction is 0 the longer ones are 0 too.
+    frac = 1.0
     for n in (2, 3, 4):
-        s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, lengths, word_chars) if n == 2 or s[f"top_{n - 1}gram_frac"] else 0.0
+        frac = s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, lengths, word_chars) if frac else 0.0
+    frac = 1.0
     for n in range(5, 11):
-        s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n, lengths, word_chars) if n == 5 or s[f"dup_{n - 1}gram_frac"] else 0.0
+        frac = s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n, lengths, word_chars) if frac else 0.0
     # FineWeb rules.
     s["terminal_punct_line_ratio"] = sum(ln.endswith(_TERMINAL) for ln in lines) / n_lines
     s["short_line_ratio"] = sum(len(ln) <= cfg.fineweb_short_line_chars for ln in lines) / n_lines

@@ -222,30 +222,27 @@ def _may_split(f: InputFile, cfg: ReadConfig) -> bool:
 
 def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list[FileRange]:
     """Write the resolved inputs to ``path``, one JSON object per line (it stays in the output:
-    which files, of what size, the output was made from), and return the read tasks over it.
-
-    The list goes to the workers as this file, not inside the pipeline: Beam copies a
-    pipeline's embedded values many times over (a 20,000-file ``Create`` cost 60 MB)."""
+    which files, of what size, the output was made from), and return the read tasks over it
+    (see the module docstring for why the list travels as a file)."""
     per_task = max(1, min(MAX_FILES_PER_TASK, len(files) // MIN_TASKS))
     tasks: list[FileRange] = []
-    run_start = pos = run_files = 0
+    run: list[int] = []  # byte offsets of the lines of the small files not yet in a task
+    pos = 0
     with FileSystems.create(path, mime_type="application/jsonl") as fh:
         for f in files:
             line = (json.dumps({"path": f.path, "rel": f.rel, "size": f.size}, ensure_ascii=False) + "\n").encode()
             fh.write(line)
-            if _may_split(f, cfg):
-                if run_files:
-                    tasks.append(FileRange(path, run_start, pos))
+            split = _may_split(f, cfg)
+            if run and (split or len(run) == per_task):
+                tasks.append(FileRange(path, run[0], pos))
+                run = []
+            if split:
                 tasks.append(FileRange(path, pos, pos + len(line), split=True))
-                run_start, run_files = pos + len(line), 0
             else:
-                run_files += 1
-                if run_files == per_task:
-                    tasks.append(FileRange(path, run_start, pos + len(line)))
-                    run_start, run_files = pos + len(line), 0
+                run.append(pos)
             pos += len(line)
-    if run_files:
-        tasks.append(FileRange(path, run_start, pos))
+    if run:
+        tasks.append(FileRange(path, run[0], pos))
     return tasks
 
 

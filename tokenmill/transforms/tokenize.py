@@ -91,9 +91,10 @@ def find_eos(tok, eos_token: str | None) -> int:
     raise UserError(f"tokenizer has no EOS token (tried {', '.join(names)}); set tokenize.eos_token")
 
 
-def tokenizer_info(tok_json: str, eos_token: str | None = None) -> dict[str, Any]:
-    """What the manifest and the shard metadata say about the tokenizer."""
-    tok = tokenizer_from_json(tok_json)
+def tokenizer_info(tok_json: str, eos_token: str | None = None, tok=None) -> dict[str, Any]:
+    """What the manifest and the shard metadata say about the tokenizer (``tok``: the
+    Tokenizer already built from ``tok_json``, if the caller has it)."""
+    tok = tok or tokenizer_from_json(tok_json)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     if vocab > MAX_VOCAB:
         raise UserError(f"tokenizer vocab of {vocab:,} does not fit in uint32 token ids")
@@ -148,9 +149,9 @@ class TokenizeBatchFn(beam.DoFn):
         # 9 MB tokenizer.json); a value compare only when another object comes.
         if tok_json is not self._json and tok_json != self._json:
             tok = tokenizer_from_json(tok_json)
+            info = tokenizer_info(tok_json, self.eos_token, tok)
             unk = next((tok.token_to_id(t) for t in (UNK, "[UNK]", "<unk>") if tok.token_to_id(t) is not None), None)
-            dtype = token_dtype(tok.get_vocab_size(with_added_tokens=True))
-            self._tok = (tok, find_eos(tok, self.eos_token), dtype, unk)
+            self._tok = (tok, info["eos_id"], token_dtype(info["vocab_size"]), unk)
         self._json = tok_json
         return self._tok
 
