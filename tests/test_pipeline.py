@@ -123,6 +123,15 @@ def test_missing_input_is_one_clear_line(tmp_path, capsys):
     assert err.count("\n") == 0 and "input not found" in err and "does-not-exist" in err
 
 
+def test_unwritable_output_is_one_clear_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    rc, rows, _ = run_prepare(blocker / "out", [])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and rows == []
+    assert err.count("\n") == 0 and "cannot write" in err and "a-file" in err
+
+
 def test_bad_config_value_is_one_clear_line(tmp_path, capsys):
     rc, _, _ = run_prepare(tmp_path / "out", [], sets=["language.threshold=lots"])
     err = capsys.readouterr().err.strip()

@@ -228,7 +228,11 @@ def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list
     tasks: list[FileRange] = []
     run: list[int] = []  # byte offsets of the lines of the small files not yet in a task
     pos = 0
-    with FileSystems.create(path, mime_type="application/jsonl") as fh:
+    try:
+        fh = FileSystems.create(path, mime_type="application/jsonl")
+    except OSError as e:  # the first write into OUT: an unwritable output folder shows here
+        raise UserError(f"output: cannot write {path} ({e})") from None
+    with fh:
         for f in files:
             line = (json.dumps({"path": f.path, "rel": f.rel, "size": f.size}, ensure_ascii=False) + "\n").encode()
             fh.write(line)
