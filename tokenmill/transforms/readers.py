@@ -449,7 +449,9 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     with _open_raw(f.path) as fh:
         try:
             archive = ArchiveIterator(fh, arc2warc=True)
+            last = 0
             for record in archive:
+                last = archive.offset  # where this record starts (get_record_offset would read it)
                 rtype = record.rec_type
                 if rtype not in ("response", "resource", "conversion"):
                     _check_complete(record)
@@ -487,9 +489,24 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
             if archive.offset < f.size:
                 # A gzip member cut before its first record header: warcio stops as if at the end.
                 raise EOFError(f"{f.size - archive.offset} bytes after the last complete record")
+            _check_last_gzip_member(fh, last)
         except (ArchiveLoadFailed, *_STREAM_ERRORS) as e:
             reason = "truncated_file" if isinstance(e, (EOFError, zlib.error)) or "EOF" in str(e) else "corrupt_file"
             yield _broken(f"{f.rel}#{n}", f, reason, e)  # n: the records before the break
+
+
+def _check_last_gzip_member(fh: IO[bytes], offset: int) -> None:
+    """warcio takes a last gzip member whose 8-byte trailer (CRC, size) is cut short for a whole
+    one, so a file cut a few bytes short would pass as complete: decompress that member again."""
+    fh.seek(offset)
+    if fh.read(2) != b"\x1f\x8b":
+        return  # not gzip (uncompressed WARC, or an empty file)
+    fh.seek(offset)
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while not d.eof and (chunk := d.unconsumed_tail or fh.read(1 << 20)):
+        d.decompress(chunk, 1 << 20)  # output bounded per call; it is only checked, not kept
+    if not d.eof:
+        raise EOFError("the last gzip member ends before its trailer")
 
 
 def _read_whole(unit: Unit, cfg: ReadConfig) -> tuple[bytes | None, dict | None]:
