@@ -10,7 +10,6 @@ hint from HTTP headers or the file).
 
 from __future__ import annotations
 
-import os
 import pickle
 import threading
 from typing import Any
@@ -18,16 +17,14 @@ from typing import Any
 import pyarrow as pa
 import zstandard
 
+from tokenmill.memory import tame_allocators
+
 TRANSIENT_KEYS = ("html", "encoding")
 # zstd contexts are not thread-safe, and Beam's multi_threading mode shares a process.
 _zstd = threading.local()
 
-# Arrow buffers here are short-lived (Parquet row groups, shard batches). pyarrow's default
-# jemalloc pool keeps freed pages for reuse, and over a long run that cache grew with the
-# corpus (bench/scaling.py, 20k pages: +50 MB peak RSS); the system allocator returns them.
 # Set where documents are defined, so it holds on every worker of every runner.
-if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") is None:
-    pa.set_memory_pool(pa.system_memory_pool())
+tame_allocators()
 
 # Columns of OUT/docs/*.parquet in order. Later stages (quality signals) add their columns
 # through ``extra_fields``.

@@ -1,0 +1,35 @@
+"""Allocator settings (tokenmill.memory): applied on glibc, left alone when the user tuned malloc."""
+
+import platform
+
+import pytest
+
+from tokenmill import memory
+
+
+def test_user_malloc_tuning_is_left_alone(monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    assert memory.limit_heap_retention() is False
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt thresholds are glibc's")
+def test_thresholds_are_fixed_on_glibc(monkeypatch):
+    for k in memory._ENV:
+        monkeypatch.delenv(k, raising=False)
+    assert memory.limit_heap_retention() is True
+
+
+def test_arrow_pool_respects_the_users_choice(monkeypatch):
+    import pyarrow as pa
+
+    try:
+        other = pa.mimalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow has no mimalloc pool")
+    pa.set_memory_pool(other)
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")
+    memory.use_system_arrow_pool()
+    assert pa.default_memory_pool().backend_name == "mimalloc"
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
+    memory.use_system_arrow_pool()
+    assert pa.default_memory_pool().backend_name == "system"
