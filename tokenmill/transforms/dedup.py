@@ -128,6 +128,8 @@ class MinHasher:
         proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
         a, b = proto.permutations
         self._a, self._b = a.astype(np.uint32), b.astype(np.uint32)
+        # Scratch reused by every signature: one MinHasher per DoFn instance, and Beam runs an
+        # instance on one thread at a time.
         self._block = np.empty((_SLICE, num_perm), dtype=np.uint32)
 
     def signature(self, shingle_list: list[str] | list[bytes]) -> bytes | None:
