@@ -12,7 +12,9 @@ speed on the same documents. For every stage this script times, on the same docu
   quality   ``signals`` + ``first_failure``
   pii       ``redact``
   dedup     datasketch ``MinHash`` (tokenmill's num_perm, seed, xxh32, word 5-gram shingles)
-            + ``MinHashLSH`` (tokenmill's bands x rows) query + insert per document
+            + ``MinHashLSH`` (tokenmill's bands x rows) query + insert per document; and, for
+            reference, the stage's whole job in memory (exact groups, verified candidates,
+            union-find, verdicts) with datasketch doing MinHash and LSH
   tokenize  ``Tokenizer.encode_batch`` in batches of ``tokenize.batch_size``
   ========  ==========================================================================
 
@@ -79,7 +81,15 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from tokenmill.config import JobConfig  # noqa: E402
 from tokenmill.transforms import tokenize as tokmod  # noqa: E402
-from tokenmill.transforms.dedup import Dedup, shingles, tokens  # noqa: E402
+from tokenmill.transforms.dedup import (  # noqa: E402
+    Dedup,
+    exact_hash,
+    node_id,
+    node_key,
+    shingles,
+    tokens,
+    union_find_components,
+)
 from tokenmill.transforms.doc import new_doc  # noqa: E402
 from tokenmill.transforms.extract import ExtractFn  # noqa: E402
 from tokenmill.transforms.html import extract_html  # noqa: E402
@@ -231,6 +241,45 @@ def bare_dedup(docs, cfg: JobConfig) -> None:
             lsh.insert(d["id"], m)
 
 
+def bare_dedup_job(docs, cfg: JobConfig) -> None:
+    """The stage's whole job in memory, with datasketch doing the MinHash and the LSH: exact groups
+    and their survivor keys, candidates verified by the Jaccard estimate, components by
+    union-find, one verdict per document. (The stage turns a bucket of more than
+    ``bucket_all_pairs_max`` nodes into a star; MinHashLSH.query lists them all.)"""
+    from datasketch import MinHashLSH
+
+    dc = cfg.dedup
+    minhash = dedup_hasher(cfg)
+    lsh = MinHashLSH(num_perm=dc.bands * dc.rows, params=(dc.bands, dc.rows))
+    groups: dict[bytes, list] = {}
+    for d in docs:
+        if (d.get("text") or "").strip():
+            h = exact_hash(d["text"])
+            groups.setdefault(h, []).append((node_key(d, h, dc.survivor, dc.quality_field), d))
+    sigs, edges = {}, []
+    for members in groups.values():
+        rep, doc = min(members, key=lambda kd: kd[0])
+        m = minhash(doc["text"])
+        if m is None:
+            continue
+        edges += [(rep, other) for other in lsh.query(m) if m.jaccard(sigs[other]) >= dc.verify_threshold]
+        lsh.insert(rep, m)
+        sigs[rep] = m
+    labels = union_find_components(edges)
+    for members in groups.values():
+        rep = min(k for k, _ in members)
+        label = labels.get(rep)
+        if label is None and len(members) == 1:
+            continue
+        cluster = node_id(label or rep, dc.survivor)
+        for k, d in members:
+            d = dict(d, dup_cluster=cluster)
+            if k != rep:
+                d["dropped_by"] = "dedup:exact_duplicate"
+            elif label not in (None, rep):
+                d["dropped_by"] = "dedup:near_duplicate"
+
+
 def bare_tokenize(texts, tok, batch_size: int) -> None:
     for i in range(0, len(texts), batch_size):
         tok.encode_batch(texts[i:i + batch_size], add_special_tokens=False)
@@ -331,7 +380,8 @@ def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: l
         "pii": Case("pii", inp.live, lambda p, pc: pc | beam.ParDo(PiiFn(cfg.pii)),
                     [("redact", lambda: bare_pii(texts(inp.live), cfg))]),
         "dedup": Case("dedup", inp.redacted, lambda p, pc: pc | Dedup(cfg.dedup),
-                      [("datasketch MinHash+LSH", lambda: bare_dedup(inp.redacted, cfg))]),
+                      [("datasketch MinHash+LSH", lambda: bare_dedup(inp.redacted, cfg)),
+                       ("same job, in memory", lambda: bare_dedup_job(inp.redacted, cfg))]),
         "tokenize": Case(
             "tokenize", inp.redacted,
             # As prepare.tokenize_and_shard wires it: batches, the tokenizer JSON as a side input.
