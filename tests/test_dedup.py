@@ -125,19 +125,20 @@ def test_signature_estimates_jaccard():
 
 def test_signature_is_datasketchs_minhash_bit_for_bit():
     """MinHasher does datasketch's arithmetic itself (faster); the values must stay datasketch's,
-    across the 256-shingle slices and for non-ASCII text."""
+    across its slices (219 shingles at 112 permutations, 81 at 300) and for non-ASCII text."""
     import numpy as np
     import xxhash
     from datasketch import MinHash
 
     rng = random.Random(7)
     vocab = _vocab(rng) + ["café", "naïve", "日本語", "٣٤٥"]
-    h = MinHasher(112, seed=5)
-    for n_words in (1, 3, 5, 200, 256 + 4, 257 + 4, 1000):
-        sh = shingles(_text(rng, vocab, n_words), 5)
-        m = MinHash(num_perm=112, seed=5, hashfunc=xxhash.xxh32_intdigest)
-        m.update_batch([s.encode("utf-8") for s in sh])
-        assert h.signature(sh) == np.asarray(m.hashvalues, dtype="<u4").tobytes(), n_words
+    for num_perm in (112, 300):
+        h = MinHasher(num_perm, seed=5)
+        for n_words in (1, 3, 5, 85, 86, 219 + 4, 220 + 4, 1000):
+            sh = shingles(_text(rng, vocab, n_words), 5)
+            m = MinHash(num_perm=num_perm, seed=5, hashfunc=xxhash.xxh32_intdigest)
+            m.update_batch([s.encode("utf-8") for s in sh])
+            assert h.signature(sh) == np.asarray(m.hashvalues, dtype="<u4").tobytes(), (num_perm, n_words)
 
 
 def test_band_keys():

@@ -1,5 +1,6 @@
 """Allocator settings (tokenmill.memory): applied on glibc, left alone when the user tuned malloc."""
 
+import os
 import platform
 
 import pytest
@@ -8,14 +9,22 @@ from tokenmill import memory
 
 
 def test_user_malloc_tuning_is_left_alone(monkeypatch):
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "0")
+    assert memory.limit_heap_retention() is False
+    monkeypatch.delenv("MALLOC_MMAP_MAX_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=65536")
+    assert memory.limit_heap_retention() is False
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv("TOKENMILL_MALLOC_DEFAULTS", "1")
     assert memory.limit_heap_retention() is False
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt thresholds are glibc's")
 def test_thresholds_are_fixed_on_glibc(monkeypatch):
-    for k in memory._ENV:
-        monkeypatch.delenv(k, raising=False)
+    for k in [k for k in os.environ if k.startswith("MALLOC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("TOKENMILL_MALLOC_DEFAULTS", raising=False)
     assert memory.limit_heap_retention() is True
 
 

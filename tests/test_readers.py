@@ -210,6 +210,17 @@ def test_truncated_warc_keeps_records_before_the_break(tmp_path, where):
     assert 5 <= len([d for d in docs if not d["dropped_by"]]) < 20
 
 
+def test_warc_with_a_damaged_last_trailer_is_corrupt(tmp_path):
+    path = tmp_path / "t.warc.gz"
+    _warc(path, [(f"http://x/{i}", "text/html", "200 OK", b"<p>" + b"words " * 50 + b"</p>") for i in range(3)])
+    data = bytearray(path.read_bytes())
+    data[-8] ^= 0xFF  # the CRC-32 of the last member
+    (tmp_path / "bad.warc.gz").write_bytes(bytes(data))
+    docs = read_all(tmp_path / "bad.warc.gz")
+    assert docs[-1]["dropped_by"] == "read:corrupt_file"
+    assert len([d for d in docs if not d["dropped_by"]]) == 3  # the last member is a request record
+
+
 def test_real_warc_files():
     cc = shared("warc", "commoncrawl_whirlwind")
     docs = read_all(cc / "whirlwind.warc.gz")

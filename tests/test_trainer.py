@@ -98,11 +98,12 @@ def test_two_ranks_equal_one_rank_at_the_same_global_batch(prepared, reference, 
     for a, b in zip(ref, two):
         assert abs(a["loss"] - b["loss"]) < 1e-4, (a["step"], a["loss"], b["loss"])
         # The gradient norm is the most sensitive figure: rounding differences between one
-        # rank and an all-reduce over two grow, and from about step 25 it differs by up to
-        # 0.5% (the loss by < 3e-5). Before that the two agree to ~2e-6.
-        if a["step"] <= 20:
-            assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * max(1.0, a["grad_norm"]), (
-                a["step"], a["grad_norm"], b["grad_norm"])
+        # rank and an all-reduce over two grow, and from about step 25 it differs by up to 1%
+        # (the loss by < 3e-5). Before that the two agree to ~3e-6. A real mismatch (a rank's
+        # gradient missing or counted twice) is far larger than either bound.
+        tol = 1e-4 if a["step"] <= 20 else 5e-2
+        assert abs(a["grad_norm"] - b["grad_norm"]) < tol * max(1.0, a["grad_norm"]), (
+            a["step"], a["grad_norm"], b["grad_norm"])
         if "val_loss" in a:
             assert abs(a["val_loss"] - b["val_loss"]) < 1e-4
     # sharded: each of the 2 ranks wrote its own shard file of the checkpoint

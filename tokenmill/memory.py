@@ -21,7 +21,6 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc's own defaults, made fixed: see limit_heap_retention.
 _THRESHOLD = 128 * 1024
-_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")
 
 
 def limit_heap_retention() -> bool:
@@ -31,15 +30,20 @@ def limit_heap_retention() -> bool:
     so Beam's multi-MB data-plane buffers and encoded bundles then come from the heap, where
     small long-lived objects pin them: a worker's RSS only grew from one stage to the next
     (20k docs through dedup: each SDK worker ended near 600 MB). With fixed thresholds large
-    blocks are mmapped and given back on free, and the heap top is trimmed. Left alone when
-    the user set any MALLOC_* tuning, and on a libc without mallopt (musl, macOS).
+    blocks are mmapped and given back on free, and the heap top is trimmed.
+
+    Left alone (False) off glibc (musl, macOS), when the user tunes malloc (any MALLOC_*
+    variable, or a glibc.malloc tunable in GLIBC_TUNABLES), and with TOKENMILL_MALLOC_DEFAULTS=1,
+    which keeps glibc's adaptive thresholds (faster by a few percent, more memory).
     """
-    if any(k in os.environ for k in _ENV):
+    env = os.environ
+    if (env.get("TOKENMILL_MALLOC_DEFAULTS") == "1" or any(k.startswith("MALLOC_") for k in env)
+            or "glibc.malloc." in env.get("GLIBC_TUNABLES", "")):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+        os.confstr("CS_GNU_LIBC_VERSION")  # only glibc answers this
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, ValueError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _THRESHOLD))

@@ -6,14 +6,15 @@ Stages, each a distributed Beam step (no step gathers all signatures or all edge
    whitespace-collapsed text. A combiner (lifted, so it pre-aggregates on every worker) keeps,
    per ``h``, the best document under the survivor order (its *node key*, below) and a count.
    Each exact group is one node of the near-duplicate graph.
-2. MinHash (datasketch, xxh32 instead of sha1, ``update_batch``) over word n-grams of the
-   normalised text (lower-cased, ``\\w+`` tokens, digits folded to 0).
+2. MinHash (datasketch's affine32 scheme, bit for bit, with xxh32 instead of sha1) over word
+   n-grams of the normalised text (lower-cased, ``\\w+`` tokens, digits folded to 0).
 3. LSH: key = (band, hash of the band's rows); a bucket with more than one node emits
    candidate edges: all pairs when small, a star to its smallest node when big. Candidates are
    verified by the signatures' Jaccard estimate. The signatures are not carried in the buckets
-   (14 copies per doc): each edge is sent to both its ends, joined there with the signature
-   table (the one join every signature goes through), and the two signed halves meet in a
-   group by edge, which sees edges only.
+   (14 copies per doc): the edges are joined with the signature table by key, twice (once per
+   endpoint), so every edge carries one signature for one hop. (Sending each edge to both its
+   ends and pairing the halves by edge saves one pass of the table but ships two signatures
+   per edge; on 20k Rust doc pages, 1.75 edges per node, it was slower and used more memory.)
 4. Connected components: alternating large-star / small-star (Kiveris et al., "Connected
    Components in MapReduce and Beyond", 2014), ``max_rounds`` rounds unrolled in the graph;
    then a local check labels every node with the smallest node of its neighbourhood and
@@ -97,10 +98,10 @@ def shingles(toks: list[str], n: int) -> list[str]:
     return [" ".join(toks[i : i + n]) for i in range(len(toks) - n + 1)]
 
 
-# Shingles hashed per slice of this many: the (slice x num_perm) uint32 block stays under
-# glibc's 128 KiB mmap threshold (tokenmill.memory), so it is neither mmapped nor faulted in
-# afresh for every long document, and it stays in cache.
-_SLICE = 256
+# Shingles go through the permutations in slices whose (slice x num_perm) uint32 block is at
+# most this big: under glibc's 128 KiB mmap threshold (tokenmill.memory), so a long document's
+# block is neither mmapped nor faulted in afresh, and it stays in cache.
+_BLOCK_BYTES = 96 * 1024
 
 
 def _fmix32(h: np.ndarray) -> np.ndarray:
@@ -125,12 +126,13 @@ class MinHasher:
         from datasketch import MinHash
 
         self.num_perm = num_perm
-        proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
+        # The scheme named, not defaulted: the arithmetic below is affine32's.
+        proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest, scheme="affine32")
         a, b = proto.permutations
-        self._a, self._b = a.astype(np.uint32), b.astype(np.uint32)
-        # Scratch reused by every signature: one MinHasher per DoFn instance, and Beam runs an
-        # instance on one thread at a time.
-        self._block = np.empty((_SLICE, num_perm), dtype=np.uint32)
+        if a.dtype != np.uint32 or b.dtype != np.uint32:
+            raise RuntimeError(f"datasketch's affine32 permutations are {a.dtype}, expected uint32")
+        self._a, self._b = a, b
+        self._slice = max(1, _BLOCK_BYTES // (4 * num_perm))
 
     def signature(self, shingle_list: list[str] | list[bytes]) -> bytes | None:
         """None for no shingles: an empty text has no near-duplicates (only exact ones)."""
@@ -140,9 +142,10 @@ class MinHasher:
             shingle_list = [_utf8(s) for s in shingle_list]
         hv = _fmix32(np.fromiter(map(xxhash.xxh32_intdigest, shingle_list), np.uint32, len(shingle_list)))
         sig = np.full(self.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
-        for i in range(0, len(hv), _SLICE):
-            part = hv[i : i + _SLICE]
-            block = self._block[: len(part)]
+        scratch = np.empty((min(len(hv), self._slice), self.num_perm), dtype=np.uint32)
+        for i in range(0, len(hv), self._slice):
+            part = hv[i : i + self._slice]
+            block = scratch[: len(part)]
             np.multiply.outer(part, self._a, out=block)  # uint32 arithmetic wraps, as in datasketch
             block += self._b
             np.minimum(sig, block.min(axis=0), out=sig)
@@ -528,10 +531,11 @@ def _takes_part(doc) -> bool:
     return not is_dropped(doc) and bool((doc.get("text") or "").strip())
 
 
-def _pass_key(doc) -> bytes:
-    """Join key of a document that passes through: 17 bytes, so never an exact hash (16), and
-    spread by id so no single key gathers them all. It meets no verdict and leaves unchanged."""
-    return b"p" + xxhash.xxh3_128_digest(_utf8(_doc_id(doc)))
+def _pass_key(packed: bytes) -> bytes:
+    """Join key of a document that passes through: 17 bytes, so never an exact hash (16), and a
+    hash of the whole packed document, so documents without ids do not gather on one key. It
+    meets no verdict and leaves unchanged."""
+    return b"p" + xxhash.xxh3_128_digest(packed)
 
 
 class _Prepare(beam.DoFn):
@@ -553,7 +557,8 @@ class _Prepare(beam.DoFn):
 
     def process(self, doc):
         if not _takes_part(doc):
-            yield (_pass_key(doc), (0, pack(doc)))
+            packed = pack(doc)
+            yield (_pass_key(packed), (0, packed))
             return
         text = doc["text"]
         h = exact_hash(text)
@@ -652,30 +657,21 @@ class _BucketEdges(beam.DoFn):
         self._candidates.inc(n)
 
 
-def _edge_ends(edge):
-    a, b = edge
-    return [(a, edge), (b, edge)]
-
-
 class _SendSignature(beam.DoFn):
-    """Join 1, keyed by node n (its signature, tag 0; its edges, tag 1): (edge, sig_n) per edge.
-
-    The only join that every signature goes through; join 2 is by edge and sees only edges.
-    """
+    """Join 1, keyed by an edge's first node a: emits (b, (a, sig_a)) for each edge (a, b)."""
 
     def process(self, kv):
-        n, items = kv
+        a, items = kv
         sig = _first_of_tag(items, 0)
         if sig is None:
             return
-        for t, edge in items:
+        for t, b in items:
             if t == 1:
-                yield (edge, sig)
+                yield (b, (a, sig))
 
 
 class _VerifyEdges(beam.DoFn):
-    """Join 2, keyed by edge (a, b), with both ends' signatures: keeps the edge when the
-    Jaccard estimate reaches the threshold."""
+    """Join 2, keyed by b: keeps (a, b) when the Jaccard estimate reaches the threshold."""
 
     def __init__(self, threshold: float):
         self._threshold = threshold
@@ -685,15 +681,18 @@ class _VerifyEdges(beam.DoFn):
         self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
 
     def process(self, kv):
-        edge, sigs = kv
-        sigs = list(sigs)
-        if len(sigs) != 2:  # both ends have a signature (every node on an edge has one)
+        b, items = kv
+        sig_b = _first_of_tag(items, 0)
+        if sig_b is None:
             return
-        if jaccard_estimate(*sigs) >= self._threshold:
-            self._kept.inc()
-            yield edge
-        else:
-            self._rejected.inc()
+        for t, v in items:
+            if t == 1:
+                a, sig_a = v
+                if jaccard_estimate(sig_a, sig_b) >= self._threshold:
+                    self._kept.inc()
+                    yield (a, b)
+                else:
+                    self._rejected.inc()
 
 
 def _label_for_join(kv):
@@ -779,12 +778,11 @@ class Dedup(beam.PTransform):
                 | "DistinctEdges" >> beam.Distinct()
             )
             if cfg.verify:
-                ends = edges | "EdgeEnds" >> beam.FlatMap(_edge_ends)
-                edges = (
-                    _tagged_group("Sig", (0, sigs), (1, ends))
-                    | "SendSignature" >> beam.ParDo(_SendSignature())
-                    | "EdgeGroup" >> beam.GroupByKey()
-                    | "Verify" >> beam.ParDo(_VerifyEdges(cfg.verify_threshold))
+                edges = _tagged_group("SigA", (0, sigs), (1, edges)) | "SendSignature" >> beam.ParDo(
+                    _SendSignature()
+                )
+                edges = _tagged_group("SigB", (0, sigs), (1, edges)) | "Verify" >> beam.ParDo(
+                    _VerifyEdges(cfg.verify_threshold)
                 )
             labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
             verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))

@@ -498,13 +498,18 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
 def _check_last_gzip_member(fh: IO[bytes], offset: int) -> None:
     """warcio takes a last gzip member whose 8-byte trailer (CRC, size) is cut short for a whole
     one, so a file cut a few bytes short would pass as complete: decompress that member again."""
+    if not fh.seekable():
+        return
     fh.seek(offset)
     if fh.read(2) != b"\x1f\x8b":
         return  # not gzip (uncompressed WARC, or an empty file)
     fh.seek(offset)
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    while not d.eof and (chunk := d.unconsumed_tail or fh.read(1 << 20)):
-        d.decompress(chunk, 1 << 20)  # output bounded per call; it is only checked, not kept
+    try:
+        while not d.eof and (chunk := d.unconsumed_tail or fh.read(1 << 20)):
+            d.decompress(chunk, 1 << 20)  # output bounded per call; it is only checked, not kept
+    except zlib.error as e:  # a whole trailer that does not match: damaged, not cut short
+        raise gzip.BadGzipFile(f"the last gzip member fails its check ({e})") from None
     if not d.eof:
         raise EOFError("the last gzip member ends before its trailer")
 
