@@ -85,3 +85,22 @@ def test_report_renders_in_headless_chromium(sample_out, tmp_path):
     assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr  # no console errors
     dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert dom.count("<svg") >= 5 and "Funnel" in dom
+
+
+def test_duplicate_text_ratio_across_merged_accumulators(monkeypatch):
+    from tokenmill.transforms import report
+
+    def acc_of(texts):
+        acc = new_acc()
+        for i, t in enumerate(texts):
+            add_doc(acc, {"id": str(i), "text": t}, 0)
+        return acc
+
+    merged = merge([acc_of(["A b", "c"]), acc_of(["a   B", "d"])], 0)  # "A b" = "a   B" once normalised
+    assert len(merged["text_hashes"]) == 4 * report.HASH_BYTES
+    ratio = next(m for m in finish(merged, [])["corpus_metrics"] if m["metric"].startswith("duplicate-text"))
+    assert ratio["value"] == 0.25 and not ratio["ok"]
+    monkeypatch.setattr(report, "MAX_HASHES", 3)  # past the cap the metric is left out, not wrong
+    merged = merge([acc_of(["A b", "c"]), acc_of(["a   B", "d"])], 0)
+    assert merged["text_hashes"] is None
+    assert not any(m["metric"].startswith("duplicate-text") for m in finish(merged, [])["corpus_metrics"])
