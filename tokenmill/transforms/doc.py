@@ -102,7 +102,7 @@ def _zstd_contexts():
 
 def partition_dropped(doc: dict[str, Any], _n: int) -> int:
     """For ``beam.Partition(partition_dropped, 2)``: 0 for a live doc, 1 for a dropped one."""
-    return 1 if doc.get("dropped_by") else 0
+    return int(is_dropped(doc))
 
 
 def to_row(doc: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
