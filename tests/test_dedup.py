@@ -7,6 +7,7 @@ import json
 import random
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline  # not a test class
@@ -18,7 +19,9 @@ from tokenmill.transforms.dedup import (
     ConnectedComponents,
     Dedup,
     MinHasher,
-    band_keys,
+    band_blobs,
+    band_hashes,
+    bucket_edges,
     choose_survivor,
     cluster_stats,
     exact_hash,
@@ -141,16 +144,79 @@ def test_signature_is_datasketchs_minhash_bit_for_bit():
             assert h.signature(sh) == np.asarray(m.hashvalues, dtype="<u4").tobytes(), (num_perm, n_words)
 
 
-def test_band_keys():
+def _sig_matrix(sigs: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(sigs), dtype="<u4").reshape(len(sigs), -1)
+
+
+def test_band_hashes():
     h = MinHasher(14 * 8)
     s1 = h.signature(["a b c"])
-    keys = band_keys(s1, 14, 8)
-    assert len(keys) == len(set(keys)) == 14  # the band index keeps equal bands apart
-    assert band_keys(h.signature(["a b c"]), 14, 8) == keys
+    keys = band_hashes(_sig_matrix([s1]), 14, 8)[0]
+    assert keys.dtype == np.uint64 and len(set(keys.tolist())) == 14  # the band index keeps equal bands apart
+    same = np.frombuffer(s1, dtype="<u4").reshape(14, 8)
+    # Equal rows in every band still give 14 different keys.
+    flat = np.tile(same[0], 14).astype("<u4").tobytes()
+    assert len(set(band_hashes(_sig_matrix([flat]), 14, 8)[0].tolist())) == 14
     s2 = bytearray(s1)
     s2[0] ^= 1  # first value of band 0 differs
-    k2 = band_keys(bytes(s2), 14, 8)
-    assert k2[0] != keys[0] and k2[1:] == keys[1:]
+    both = band_hashes(_sig_matrix([s1, bytes(s2), s1]), 14, 8)
+    assert both[1][0] != keys[0] and (both[1][1:] == keys[1:]).all() and (both[2] == keys).all()
+
+
+def _near_family(rng, h, n_words=200, copies=3, edits=4):
+    vocab = _vocab(rng)
+    base = _text(rng, vocab, n_words)
+    texts = [base] + [_edit(rng, vocab, base, edits) for _ in range(copies)]
+    return [h.text_signature(" ".join(t), 5) for t in texts]
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 64])
+def test_band_blobs_and_bucket_edges(partitions):
+    """The packed LSH core: a family of near copies is linked, unrelated docs are not, a big
+    bucket becomes a star, a pair colliding in many bands is one candidate, and verification
+    agrees with jaccard_estimate; the same result whatever the partitioning and batching."""
+    rng = random.Random(7)
+    h = MinHasher(14 * 8)
+    fam = _near_family(rng, h)
+    others = [h.text_signature(" ".join(_text(rng, _vocab(rng), 200)), 5) for _ in range(30)]
+    same = [h.signature(["one and the same"])] * 5  # a bucket of 5 in every band
+    sigs = fam + others + same
+    keys = [f"k{i:03d}".encode() for i in range(len(sigs))]
+
+    def run(batch, max_pairs, threshold):
+        by_part: dict[int, list] = {}
+        for i in range(0, len(keys), batch):
+            for p, blob in band_blobs(keys[i : i + batch], sigs[i : i + batch], 14, 8, partitions, True):
+                assert 0 <= p < partitions
+                by_part.setdefault(p, []).append(blob)
+        edges, counts = set(), {}
+        for blobs in by_part.values():
+            e, c = bucket_edges(blobs, 112, max_pairs, threshold)
+            edges |= set(e)
+            for k, v in c.items():
+                counts[k] = counts.get(k, 0) + v
+        return edges, counts
+
+    edges, counts = run(len(keys), 16, None)
+    fam_keys, same_keys = set(keys[:4]), set(keys[-5:])
+    assert all(a < b for a, b in edges)
+    assert {(a, b) for a, b in edges if a in same_keys} == {(a, b) for a in same_keys for b in same_keys if a < b}
+    assert {(a, b) for a, b in edges if a in fam_keys} >= {(keys[0], k) for k in keys[1:4]} - {None}
+    assert not any(a in fam_keys and b not in fam_keys for a, b in edges)
+    assert counts["big_buckets"] == 0 and counts["candidates"] >= len(edges)
+    # Other partitionings and batches find the same; a partitioned job may see a pair twice.
+    assert run(7, 16, None)[0] == edges
+    # Buckets of more than 4: a star to the smallest node.
+    star, counts = run(len(keys), 4, None)
+    assert counts["big_buckets"] > 0
+    assert {(a, b) for a, b in star if a in same_keys} == {(min(same_keys), k) for k in sorted(same_keys)[1:]}
+    # Verification keeps exactly the pairs whose estimate reaches the threshold.
+    sig_of = dict(zip(keys, sigs))
+    for t in (0.5, 0.8, 0.95):
+        kept, c = run(5, 16, t)
+        assert kept == {(a, b) for a, b in edges if jaccard_estimate(sig_of[a], sig_of[b]) >= t}
+        assert c["kept"] + c["rejected"] == c["candidates"] and c["kept"] >= len(kept)
+    assert bucket_edges([], 112, 16, 0.5) == ([], {"candidates": 0, "big_buckets": 0, "kept": 0, "rejected": 0})
 
 
 def test_survivor_order():

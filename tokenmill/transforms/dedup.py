@@ -163,10 +163,148 @@ class MinHasher:
         return self.signature(list(map(b" ".join, zip(*(btoks[i:] for i in range(n))))))
 
 
-def band_keys(sig: bytes, bands: int, rows: int) -> list[bytes]:
-    """One bucket key per band: 2-byte band index + xxh3-64 of the band's ``rows`` values."""
-    w = rows * 4
-    return [struct.pack(">H", b) + xxhash.xxh3_64_digest(sig[b * w : (b + 1) * w]) for b in range(bands)]
+# Band keys and buckets are computed on packed numpy blocks, not one Python element per
+# (band, node): 14 Beam elements per document through a GroupByKey cost ~6 us each, more
+# than the MinHash itself. The constants are xxh64's primes; any good 64-bit mix will do, as
+# a false collision (2^-64 per pair and band) only adds a candidate that verification rejects.
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_U64 = np.uint64
+
+
+def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(n, bands * rows) uint32 signatures -> (n, bands) uint64 bucket keys, one per band.
+
+    Seeded by the band index, so equal rows in two different bands do not share a bucket.
+    """
+    n = sigs.shape[0]
+    v = sigs.reshape(n, bands, rows).astype(np.uint64)
+    h = np.empty((n, bands), dtype=np.uint64)
+    h[:] = (np.arange(bands, dtype=np.uint64) + _U64(1)) * _P3
+    for r in range(rows):  # an xxh64-style round per value: bijective in h for a given value
+        h ^= v[:, :, r] * _P2
+        h = ((h << _U64(31)) | (h >> _U64(33))) * _P1
+    h ^= h >> _U64(33)  # xxh64's avalanche
+    h *= _P2
+    h ^= h >> _U64(29)
+    h *= _P3
+    return h ^ (h >> _U64(32))
+
+
+def lsh_partitions(nodes: int, bands: int) -> int:
+    """How many groups the band records are spread over: about ``_PARTITION_RECORDS`` each,
+    so a group (sorted in memory by one worker) stays near 60 MB with signatures, and a small
+    job is one group. A sized partition count instead of one key per bucket: see band_blobs."""
+    return max(1, -(-nodes * bands // _PARTITION_RECORDS))
+
+
+_PARTITION_RECORDS = 1 << 17
+# Nodes per band_blobs call: ~4 MB of signatures, and few blobs per partition in a small job.
+_BATCH_NODES = 8192
+
+
+def _offsets(parts: list[bytes]) -> np.ndarray:
+    out = np.zeros(len(parts) + 1, dtype=np.uint64)
+    np.cumsum([len(p) for p in parts], out=out[1:])
+    return out
+
+
+def band_blobs(
+    keys: list[bytes], sigs: list[bytes], bands: int, rows: int, partitions: int, carry_sigs: bool
+) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes, bytes]]]:
+    """A batch of nodes -> one blob per LSH partition that any of their band keys falls in.
+
+    A blob is (band keys uint64, node index per key uint32, node keys joined, their offsets
+    uint64, the nodes' signatures or b""): each node of the batch appears once per blob it has
+    a key in, with its signature when ``carry_sigs``, so the group that finds a collision can
+    verify it without a join (at most ``bands`` copies of a signature when partitions >= bands;
+    one copy in a small job, which is one partition).
+    """
+    n = len(keys)
+    if n == 0:
+        return
+    sig = np.frombuffer(b"".join(sigs), dtype="<u4").reshape(n, bands * rows)
+    h = band_hashes(sig, bands, rows).ravel()  # record i belongs to node i // bands
+    node = np.repeat(np.arange(n, dtype=np.uint32), bands)
+    if partitions == 1:
+        groups = [(0, slice(None))]
+    else:
+        part = h % _U64(partitions)
+        order = np.argsort(part, kind="stable")
+        ps = part[order]
+        starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+        ends = np.r_[starts[1:], len(ps)]
+        groups = [(int(ps[s]), order[s:e]) for s, e in zip(starts, ends)]
+    for p, sel in groups:
+        members = node[sel]
+        if partitions == 1:
+            here, local = np.arange(n, dtype=np.uint32), members
+        else:
+            here = np.unique(members)
+            local = np.searchsorted(here, members).astype(np.uint32)
+        ks = [keys[i] for i in here.tolist()]
+        yield p, (
+            h[sel].tobytes(),
+            local.tobytes(),
+            b"".join(ks),
+            _offsets(ks).tobytes(),
+            sig[here].tobytes() if carry_sigs else b"",
+        )
+
+
+def bucket_edges(
+    blobs: Iterable[tuple[bytes, bytes, bytes, bytes, bytes]],
+    num_perm: int,
+    all_pairs_max: int,
+    threshold: float | None,
+) -> tuple[list[tuple[bytes, bytes]], dict[str, int]]:
+    """The blobs of one LSH partition -> (edges between node keys, counts).
+
+    A bucket (equal band key) of more than one node gives candidates: all pairs when it has at
+    most ``all_pairs_max`` nodes, else a star to its smallest node. A pair found in several
+    bands is a candidate once. With a ``threshold`` (blobs must carry signatures), a candidate
+    is kept when its signatures' Jaccard estimate reaches it, exactly as ``jaccard_estimate``.
+    """
+    hashes, nodes, keys, sig_parts = [], [], [], []
+    for bh, idx, cat, offs, sg in blobs:
+        o = np.frombuffer(offs, dtype=np.uint64).tolist()
+        hashes.append(np.frombuffer(bh, dtype=np.uint64))
+        nodes.append(np.frombuffer(idx, dtype=np.uint32).astype(np.int64) + len(keys))
+        keys.extend(cat[o[i] : o[i + 1]] for i in range(len(o) - 1))
+        sig_parts.append(sg)
+    counts = {"candidates": 0, "big_buckets": 0, "kept": 0, "rejected": 0}
+    if not hashes:
+        return [], counts
+    h = np.concatenate(hashes)
+    node = np.concatenate(nodes)
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    starts = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
+    lengths = np.diff(np.r_[starts, len(hs)])
+    pairs: set[tuple[int, int]] = set()
+    for s, ln in zip(starts[lengths > 1].tolist(), lengths[lengths > 1].tolist()):
+        # A node has one key per band and every key differs by band: a bucket's nodes differ.
+        members = sorted(node[order[s : s + ln]].tolist(), key=keys.__getitem__)
+        if ln <= all_pairs_max:
+            found = [(a, b) for i, a in enumerate(members) for b in members[i + 1 :]]
+        else:
+            counts["big_buckets"] += 1
+            found = [(members[0], b) for b in members[1:]]
+        pairs.update(found)
+    counts["candidates"] = len(pairs)
+    if not pairs:
+        return [], counts
+    cand = np.array(sorted(pairs), dtype=np.int64)
+    if threshold is not None:
+        sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(keys), num_perm)
+        keep = np.empty(len(cand), dtype=bool)
+        for i in range(0, len(cand), 1 << 14):  # bounded scratch: 16k pairs x num_perm
+            a, b = cand[i : i + (1 << 14), 0], cand[i : i + (1 << 14), 1]
+            keep[i : i + len(a)] = np.count_nonzero(sig[a] == sig[b], axis=1) / num_perm >= threshold
+        counts["kept"], counts["rejected"] = int(keep.sum()), int(len(keep) - keep.sum())
+        cand = cand[keep]
+    return [(keys[a], keys[b]) for a, b in cand.tolist()], counts
 
 
 def jaccard_estimate(sig_a: bytes, sig_b: bytes) -> float:
@@ -285,21 +423,6 @@ def size_bucket(n: int) -> str:
 
 
 # --------------------------------------------------------------------------- Beam helpers
-
-
-def _tag(kv, tag):
-    return kv[0], (tag, kv[1])
-
-
-def _tagged_group(label: str, *tagged: tuple[int, beam.PCollection]) -> beam.PCollection:
-    """(k, iterable of (tag, value)) over several keyed PCollections.
-
-    Like CoGroupByKey, but the values stay one (re-iterable) iterable instead of being copied
-    into per-tag lists, so a DoFn can find the few small-side values in a first pass and then
-    stream the big side: a huge group never has to fit in a worker's memory.
-    """
-    parts = [pc | f"{label}Tag{t}" >> beam.Map(_tag, t) for t, pc in tagged]
-    return parts | f"{label}Flatten" >> beam.Flatten() | f"{label}Group" >> beam.GroupByKey()
 
 
 def _first_of_tag(values: Iterable[tuple[int, Any]], tag: int) -> Any:
@@ -606,93 +729,45 @@ def _node_signature(kv):
         yield (rep, sig)
 
 
-class _BandItems(beam.DoFn):
-    def __init__(self, bands: int, rows: int):
+class _BandBlobs(beam.DoFn):
+    """A batch of (node key, signature) -> (partition, blob) for each LSH partition it touches."""
+
+    def __init__(self, bands: int, rows: int, carry_sigs: bool):
         self._bands = bands
         self._rows = rows
+        self._carry = carry_sigs
 
-    def process(self, kv):
-        key, sig = kv
-        for b in band_keys(sig, self._bands, self._rows):
-            yield (b, key)
+    def process(self, batch, partitions):
+        yield from band_blobs(
+            [k for k, _ in batch], [s for _, s in batch], self._bands, self._rows, partitions, self._carry
+        )
 
 
 class _BucketEdges(beam.DoFn):
-    """A bucket with > 1 node: all pairs (a < b) if small, else a star to its smallest node."""
+    """One LSH partition's blobs -> its (verified) candidate edges; see bucket_edges."""
 
-    def __init__(self, all_pairs_max: int):
-        self._max = all_pairs_max
-
-    def setup(self):
-        self._big = Metrics.counter(_NS, "lsh_big_buckets")
-        self._candidates = Metrics.counter(_NS, "lsh_candidate_edges")
-
-    def process(self, kv):
-        _, members = kv
-        small: list[bytes] = []
-        overflow = False
-        for m in members:
-            small.append(m)
-            if len(small) > self._max:
-                overflow = True
-                break
-        if len(small) < 2:
-            return
-        if not overflow:
-            small.sort()
-            for i, a in enumerate(small):
-                for b in small[i + 1 :]:
-                    yield (a, b)
-            self._candidates.inc(len(small) * (len(small) - 1) // 2)
-            return
-        # Big bucket: linear, two passes over the (re-iterable) members; a node is in a
-        # bucket once (one key per band), so no set is needed.
-        self._big.inc()
-        hub = min(members)
-        n = 0
-        for m in members:
-            if m != hub:
-                yield (hub, m)
-                n += 1
-        self._candidates.inc(n)
-
-
-class _SendSignature(beam.DoFn):
-    """Join 1, keyed by an edge's first node a: emits (b, (a, sig_a)) for each edge (a, b)."""
-
-    def process(self, kv):
-        a, items = kv
-        sig = _first_of_tag(items, 0)
-        if sig is None:
-            return
-        for t, b in items:
-            if t == 1:
-                yield (b, (a, sig))
-
-
-class _VerifyEdges(beam.DoFn):
-    """Join 2, keyed by b: keeps (a, b) when the Jaccard estimate reaches the threshold."""
-
-    def __init__(self, threshold: float):
-        self._threshold = threshold
+    def __init__(self, cfg: DedupConfig):
+        self._num_perm = cfg.bands * cfg.rows
+        self._max = cfg.bucket_all_pairs_max
+        self._threshold = cfg.verify_threshold if cfg.verify else None
 
     def setup(self):
-        self._kept = Metrics.counter(_NS, "verify_kept_edges")
-        self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
+        self._counters = {
+            k: Metrics.counter(_NS, name)
+            for k, name in (
+                ("candidates", "lsh_candidate_edges"),
+                ("big_buckets", "lsh_big_buckets"),
+                ("kept", "verify_kept_edges"),
+                ("rejected", "verify_rejected_edges"),
+            )
+        }
 
     def process(self, kv):
-        b, items = kv
-        sig_b = _first_of_tag(items, 0)
-        if sig_b is None:
-            return
-        for t, v in items:
-            if t == 1:
-                a, sig_a = v
-                if jaccard_estimate(sig_a, sig_b) >= self._threshold:
-                    self._kept.inc()
-                    yield (a, b)
-                else:
-                    self._rejected.inc()
+        edges, counts = bucket_edges(kv[1], self._num_perm, self._max, self._threshold)
+        for k, n in counts.items():
+            if n:
+                self._counters[k].inc(n)
+        yield from edges
 
 
 def _label_for_join(kv):
@@ -770,20 +845,19 @@ class Dedup(beam.PTransform):
         verdicts = [(1, exact | "ExactForJoin" >> beam.Map(_exact_for_join))]
         if cfg.near:
             sigs = exact | "NodeSignatures" >> beam.FlatMap(_node_signature)
+            partitions = (
+                sigs
+                | "CountNodes" >> beam.combiners.Count.Globally()
+                | "Partitions" >> beam.Map(lsh_partitions, cfg.bands)
+            )
             edges = (
                 sigs
-                | "BandKeys" >> beam.ParDo(_BandItems(cfg.bands, cfg.rows))
+                | "BatchNodes" >> beam.BatchElements(min_batch_size=_BATCH_NODES, max_batch_size=_BATCH_NODES)
+                | "BandBlobs"
+                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify), AsSingleton(partitions))
                 | "Buckets" >> beam.GroupByKey()
-                | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg.bucket_all_pairs_max))
-                | "DistinctEdges" >> beam.Distinct()
+                | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg))
             )
-            if cfg.verify:
-                edges = _tagged_group("SigA", (0, sigs), (1, edges)) | "SendSignature" >> beam.ParDo(
-                    _SendSignature()
-                )
-                edges = _tagged_group("SigB", (0, sigs), (1, edges)) | "Verify" >> beam.ParDo(
-                    _VerifyEdges(cfg.verify_threshold)
-                )
             labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
             verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))
         docs_by_h = prepared.docs  # already (h, (0, doc))
