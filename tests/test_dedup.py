@@ -129,7 +129,6 @@ def test_signature_estimates_jaccard():
 def test_signature_is_datasketchs_minhash_bit_for_bit():
     """MinHasher does datasketch's arithmetic itself (faster); the values must stay datasketch's,
     across its slices (219 shingles at 112 permutations, 81 at 300) and for non-ASCII text."""
-    import numpy as np
     import xxhash
     from datasketch import MinHash
 
