@@ -433,17 +433,11 @@ def _first_of_tag(values: Iterable[tuple[int, Any]], tag: int) -> Any:
 
 
 def _both_directions(edge):
+    """(u, v) -> (u, v) and (v, u); a self-loop -> nothing."""
     u, v = edge
-    return [(u, v), (v, u)]
-
-
-def _by_larger(edge):
-    u, v = edge
-    return (u, v) if u > v else (v, u)
-
-
-def _not_self_loop(edge) -> bool:
-    return edge[0] != edge[1]
+    if u != v:
+        yield (u, v)
+        yield (v, u)
 
 
 def _iter_distinct(values: Iterable[Any]) -> Iterator[Any]:
@@ -477,14 +471,18 @@ class _LargeStar(beam.DoFn):
         changed = 0
         for v in _iter_distinct(nbrs):
             if v > u:
-                yield (v, m)
+                yield (v, m)  # keyed by its larger end (v > u >= m), as small-star groups
                 changed += m != u
         if changed:
             self._changed.inc(changed)
 
 
 class _SmallStar(beam.DoFn):
-    """Per node u with its smaller neighbours N: connect N and u to m = min(N)."""
+    """Per node u with its smaller neighbours N: connect N and u to m = min(N).
+
+    Emits every new edge in both directions, as the next large-star (or the labelling) groups
+    by either end.
+    """
 
     def __init__(self, rnd: int):
         self._rnd = rnd
@@ -499,8 +497,10 @@ class _SmallStar(beam.DoFn):
         for v in _iter_distinct(smaller):
             if v != m:
                 yield (v, m)
+                yield (m, v)
                 changed += 1
         yield (u, m)
+        yield (m, u)
         if changed:
             self._changed.inc(changed)
 
@@ -615,20 +615,17 @@ class ConnectedComponents(beam.PTransform):
         self._max_rounds = max_rounds
 
     def expand(self, edges):
-        e = edges | "DropSelfLoops" >> beam.Filter(_not_self_loop)
+        e = edges | "BothDirections" >> beam.FlatMap(_both_directions)
         for i in range(self._max_rounds):
             e = (
                 e
-                | f"Round{i}LargeStarBoth" >> beam.FlatMap(_both_directions)
                 | f"Round{i}LargeStarGroup" >> beam.GroupByKey()
                 | f"Round{i}LargeStar" >> beam.ParDo(_LargeStar(i))
-                | f"Round{i}SmallStarKey" >> beam.Map(_by_larger)
                 | f"Round{i}SmallStarGroup" >> beam.GroupByKey()
                 | f"Round{i}SmallStar" >> beam.ParDo(_SmallStar(i))
             )
         checked = (
             e
-            | "LabelBoth" >> beam.FlatMap(_both_directions)
             | "LabelGroup" >> beam.GroupByKey()
             | "LocalLabel" >> beam.ParDo(_LocalLabel())
             | "CheckGroup" >> beam.GroupByKey()
