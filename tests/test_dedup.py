@@ -199,7 +199,9 @@ def test_band_blobs_and_bucket_edges(partitions):
     edges, counts = run(len(keys), 16, None)
     fam_keys, same_keys = set(keys[:4]), set(keys[-5:])
     assert all(a < b for a, b in edges)
-    assert {(a, b) for a, b in edges if a in same_keys} == {(a, b) for a in same_keys for b in same_keys if a < b}
+    assert {(a, b) for a, b in edges if a in same_keys} == {
+        (a, b) for a in same_keys for b in same_keys if a < b
+    }
     assert {(a, b) for a, b in edges if a in fam_keys} >= {(keys[0], k) for k in keys[1:4]} - {None}
     assert not any(a in fam_keys and b not in fam_keys for a, b in edges)
     assert counts["big_buckets"] == 0 and counts["candidates"] >= len(edges)
@@ -215,7 +217,10 @@ def test_band_blobs_and_bucket_edges(partitions):
         kept, c = run(5, 16, t)
         assert kept == {(a, b) for a, b in edges if jaccard_estimate(sig_of[a], sig_of[b]) >= t}
         assert c["kept"] + c["rejected"] == c["candidates"] and c["kept"] >= len(kept)
-    assert bucket_edges([], 112, 16, 0.5) == ([], {"candidates": 0, "big_buckets": 0, "kept": 0, "rejected": 0})
+    assert bucket_edges([], 112, 16, 0.5) == (
+        [],
+        {"candidates": 0, "big_buckets": 0, "kept": 0, "rejected": 0},
+    )
 
 
 def test_survivor_order():

@@ -244,12 +244,15 @@ def band_blobs(
             here = np.unique(members)
             local = np.searchsorted(here, members).astype(np.uint32)
         ks = [keys[i] for i in here.tolist()]
-        yield p, (
-            h[sel].tobytes(),
-            local.tobytes(),
-            b"".join(ks),
-            _offsets(ks).tobytes(),
-            sig[here].tobytes() if carry_sigs else b"",
+        yield (
+            p,
+            (
+                h[sel].tobytes(),
+                local.tobytes(),
+                b"".join(ks),
+                _offsets(ks).tobytes(),
+                sig[here].tobytes() if carry_sigs else b"",
+            ),
         )
 
 
@@ -634,10 +637,15 @@ class ConnectedComponents(beam.PTransform):
             .with_output_types(tuple[Any, Any])
             .with_outputs(_CheckLabels.RESIDUAL, main="labels")
         )
-        fallback = checked[_CheckLabels.RESIDUAL] | "ResidualUnionFind" >> beam.CombineGlobally(
-            _UnionFindFn()
+        # Without defaults (an empty residual gives no element, hence the side input's default):
+        # the default's machinery would add half a dozen transforms to every job.
+        fallback = (
+            checked[_CheckLabels.RESIDUAL]
+            | "ResidualUnionFind" >> beam.CombineGlobally(_UnionFindFn()).without_defaults()
         )
-        return checked.labels | "ApplyResidual" >> beam.Map(_final_label, AsSingleton(fallback))
+        return checked.labels | "ApplyResidual" >> beam.Map(
+            _final_label, AsSingleton(fallback, default_value={})
+        )
 
 
 # --------------------------------------------------------------------------- dedup DoFns
@@ -734,14 +742,22 @@ class _BandBlobs(beam.DoFn):
         self._rows = rows
         self._carry = carry_sigs
 
-    def process(self, batch, partitions):
+    def process(self, batch, nodes):
         yield from band_blobs(
-            [k for k, _ in batch], [s for _, s in batch], self._bands, self._rows, partitions, self._carry
+            [k for k, _ in batch],
+            [s for _, s in batch],
+            self._bands,
+            self._rows,
+            lsh_partitions(nodes, self._bands),
+            self._carry,
         )
 
 
 class _BucketEdges(beam.DoFn):
-    """One LSH partition's blobs -> its (verified) candidate edges; see bucket_edges."""
+    """One LSH partition's blobs -> its (verified) candidate edges (see bucket_edges), sent on
+    as a star forest: each node linked to the smallest node of its component within the
+    partition. Same connectivity, fewer edges, and one partition (a small job) hands the
+    components over already converged."""
 
     def __init__(self, cfg: DedupConfig):
         self._num_perm = cfg.bands * cfg.rows
@@ -764,7 +780,9 @@ class _BucketEdges(beam.DoFn):
         for k, n in counts.items():
             if n:
                 self._counters[k].inc(n)
-        yield from edges
+        for node, root in union_find_components(edges).items():
+            if node != root:
+                yield (node, root)
 
 
 def _label_for_join(kv):
@@ -842,16 +860,17 @@ class Dedup(beam.PTransform):
         verdicts = [(1, exact | "ExactForJoin" >> beam.Map(_exact_for_join))]
         if cfg.near:
             sigs = exact | "NodeSignatures" >> beam.FlatMap(_node_signature)
-            partitions = (
+            nodes = (
                 sigs
-                | "CountNodes" >> beam.combiners.Count.Globally()
-                | "Partitions" >> beam.Map(lsh_partitions, cfg.bands)
+                | "CountNodes" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
             )
             edges = (
                 sigs
                 | "BatchNodes" >> beam.BatchElements(min_batch_size=_BATCH_NODES, max_batch_size=_BATCH_NODES)
                 | "BandBlobs"
-                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify), AsSingleton(partitions))
+                >> beam.ParDo(
+                    _BandBlobs(cfg.bands, cfg.rows, cfg.verify), AsSingleton(nodes, default_value=0)
+                )
                 | "Buckets" >> beam.GroupByKey()
                 | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg))
             )
