@@ -81,12 +81,32 @@ def _utf8(s: str) -> bytes:
 
 def exact_hash(text: str | None) -> bytes:
     """16-byte xxh3-128 of ``normalise_exact(text)`` (128 bits: no accidental merges at 1e10 docs)."""
-    return xxhash.xxh3_128_digest(_utf8(normalise_exact(text)))
+    return _exact_hash_lower((text or "").lower())
+
+
+def _exact_hash_lower(low: str) -> bytes:
+    # exact_hash of an already lower-cased text: dedup lower-cases each text once, for both hashes.
+    return xxhash.xxh3_128_digest(_utf8(" ".join(low.split())))
 
 
 def tokens(text: str | None) -> list[str]:
     """Near-dup tokens: lower-cased ``\\w+`` runs (punctuation dropped), every digit folded to 0."""
     return _WORD.findall(_DIGIT.sub("0", (text or "").lower()))
+
+
+_WORD_ASCII = re.compile(rb"\w+")
+_DIGITS_TO_0 = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _token_bytes(low: str) -> list[bytes]:
+    """``tokens`` of a lower-cased text as UTF-8 bytes. An ASCII text takes a faster road with
+    the same result: bytes.translate folds the digits, and on ASCII ``\\w`` is [A-Za-z0-9_]
+    for bytes and str patterns alike."""
+    if low.isascii():
+        return _WORD_ASCII.findall(low.encode("ascii").translate(_DIGITS_TO_0))
+    toks = _WORD.findall(_DIGIT.sub("0", low))
+    # Encoded in one go, not token by token (same bytes).
+    return _utf8(" ".join(toks)).split(b" ") if toks else []
 
 
 def shingles(toks: list[str], n: int) -> list[str]:
@@ -153,11 +173,13 @@ class MinHasher:
 
     def text_signature(self, text: str | None, n: int) -> bytes | None:
         """``signature(shingles(tokens(text), n))``, faster: the shingles are built as bytes
-        from tokens encoded in one go, not encoded one by one (same bytes, same signature)."""
-        toks = tokens(text)
-        if not toks:
+        (same bytes, same signature)."""
+        return self._lower_text_signature((text or "").lower(), n)
+
+    def _lower_text_signature(self, low: str, n: int) -> bytes | None:
+        btoks = _token_bytes(low)
+        if not btoks:
             return None
-        btoks = _utf8(" ".join(toks)).split(b" ")
         if len(btoks) < n:
             return self.signature([b" ".join(btoks)])
         return self.signature(list(map(b" ".join, zip(*(btoks[i:] for i in range(n))))))
@@ -688,12 +710,12 @@ class _Prepare(beam.DoFn):
             packed = pack(doc)
             yield (_pass_key(packed), (0, packed))
             return
-        text = doc["text"]
-        h = exact_hash(text)
+        low = doc["text"].lower()
+        h = _exact_hash_lower(low)
         key = node_key(doc, h, self._mode, self._qfield)
         # Signatures are computed before the exact step, also for exact copies: it costs CPU
         # but spares a second shuffle of the full documents (text is needed for the signature).
-        sig = self._hasher.text_signature(text, self._n) if self._hasher else None
+        sig = self._hasher._lower_text_signature(low, self._n) if self._hasher else None
         yield (h, (0, pack(doc)))  # packed: the join shuffles every document
         yield TaggedOutput(self.NODE, (h, (key, sig)))
 
