@@ -746,8 +746,10 @@ class _ExactRepFn(beam.CombineFn):
 
 
 def _exact_for_join(kv):
+    # Only groups of 2+ documents: a lone document's verdict, if any, comes with its label.
     h, (rep, _sig, n) = kv
-    return h, (1, (rep, n))
+    if n > 1:
+        yield h, (1, (rep, n))
 
 
 def _node_signature(kv):
@@ -809,11 +811,12 @@ class _BucketEdges(beam.DoFn):
 
 def _label_for_join(kv):
     node, label = kv
-    return node_hash(node), (2, label)
+    return node_hash(node), (2, (node, label))
 
 
 class _Assign(beam.DoFn):
-    """Per exact group h: the documents (tag 0), (rep key, count) (tag 1), CC label (tag 2)."""
+    """Per exact group h: the documents (tag 0), (rep key, count) when 2+ documents (tag 1),
+    (rep key, CC label) when the group has near-duplicates (tag 2)."""
 
     def __init__(self, cfg: DedupConfig):
         self._mode = cfg.survivor
@@ -831,7 +834,7 @@ class _Assign(beam.DoFn):
             if t == 1:
                 rep, count = v
             elif t == 2:
-                label = v
+                rep, label = v
         in_cluster = label is not None or (count or 0) > 1
         if not in_cluster:
             for t, packed in items:
@@ -879,7 +882,7 @@ class Dedup(beam.PTransform):
             .with_outputs(_Prepare.NODE, main="docs")
         )
         exact = prepared[_Prepare.NODE] | "ExactRep" >> beam.CombinePerKey(_ExactRepFn())
-        verdicts = [(1, exact | "ExactForJoin" >> beam.Map(_exact_for_join))]
+        verdicts = [(1, exact | "ExactForJoin" >> beam.FlatMap(_exact_for_join))]
         if cfg.near:
             sigs = exact | "NodeSignatures" >> beam.FlatMap(_node_signature)
             nodes = (
