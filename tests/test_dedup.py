@@ -19,11 +19,13 @@ from tokenmill.transforms.dedup import (
     ConnectedComponents,
     Dedup,
     MinHasher,
+    attach_signature,
     band_blobs,
     band_hashes,
     bucket_edges,
     choose_survivor,
     cluster_stats,
+    edge_blobs,
     exact_hash,
     exact_jaccard,
     jaccard_estimate,
@@ -31,9 +33,12 @@ from tokenmill.transforms.dedup import (
     node_key,
     normalise_exact,
     shingles,
+    signature_blobs,
     size_bucket,
+    star_forest,
     tokens,
     union_find_components,
+    verify_edges,
 )
 from tokenmill.transforms.doc import new_doc
 
@@ -170,10 +175,11 @@ def _near_family(rng, h, n_words=200, copies=3, edits=4):
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 64])
-def test_band_blobs_and_bucket_edges(partitions):
-    """The packed LSH core: a family of near copies is linked, unrelated docs are not, a big
-    bucket becomes a star, a pair colliding in many bands is one candidate, and verification
-    agrees with jaccard_estimate; the same result whatever the partitioning and batching."""
+def test_packed_lsh_and_verification(partitions):
+    """The packed LSH and join cores: a family of near copies is linked, unrelated docs are not,
+    a big bucket becomes a star, a pair colliding in many bands is one candidate, verification
+    agrees with jaccard_estimate, and the star forests keep the components; the same whatever
+    the partitioning and the batches."""
     rng = random.Random(7)
     h = MinHasher(14 * 8)
     fam = _near_family(rng, h)
@@ -182,45 +188,58 @@ def test_band_blobs_and_bucket_edges(partitions):
     sigs = fam + others + same
     keys = [f"k{i:03d}".encode() for i in range(len(sigs))]
 
-    def run(batch, max_pairs, threshold):
-        by_part: dict[int, list] = {}
-        for i in range(0, len(keys), batch):
-            for p, blob in band_blobs(keys[i : i + batch], sigs[i : i + batch], 14, 8, partitions, True):
-                assert 0 <= p < partitions
-                by_part.setdefault(p, []).append(blob)
-        edges, counts = set(), {}
-        for blobs in by_part.values():
-            e, c = bucket_edges(blobs, 112, max_pairs, threshold)
-            edges |= set(e)
-            for k, v in c.items():
-                counts[k] = counts.get(k, 0) + v
-        return edges, counts
+    def group(items):
+        out: dict[int, list] = {}
+        for q, blob in items:
+            assert 0 <= q < partitions
+            out.setdefault(q, []).append(blob)
+        return out.values()
 
-    edges, counts = run(len(keys), 16, None)
+    def batches(fn, batch):
+        return [kv for i in range(0, len(keys), batch) for kv in fn(keys[i : i + batch], sigs[i : i + batch])]
+
+    def candidates(batch, max_pairs):
+        edges, big = set(), 0
+        for blobs in group(batches(lambda k, s: band_blobs(k, s, 14, 8, partitions), batch)):
+            e, b = bucket_edges(blobs, max_pairs)
+            assert len(e) == len(set(e))
+            edges |= set(e)
+            big += b
+        return edges, big
+
+    edges, big = candidates(len(keys), 16)
     fam_keys, same_keys = set(keys[:4]), set(keys[-5:])
-    assert all(a < b for a, b in edges)
+    assert all(a < b for a, b in edges) and big == 0
     assert {(a, b) for a, b in edges if a in same_keys} == {
         (a, b) for a in same_keys for b in same_keys if a < b
     }
-    assert {(a, b) for a, b in edges if a in fam_keys} >= {(keys[0], k) for k in keys[1:4]} - {None}
-    assert not any(a in fam_keys and b not in fam_keys for a, b in edges)
-    assert counts["big_buckets"] == 0 and counts["candidates"] >= len(edges)
-    # Other partitionings and batches find the same; a partitioned job may see a pair twice.
-    assert run(7, 16, None)[0] == edges
+    assert {(keys[0], k) for k in keys[1:4]} <= edges
+    assert not any((a in fam_keys) != (b in fam_keys) for a, b in edges)
+    assert candidates(7, 16)[0] == edges
     # Buckets of more than 4: a star to the smallest node.
-    star, counts = run(len(keys), 4, None)
-    assert counts["big_buckets"] > 0
+    star, big = candidates(len(keys), 4)
+    assert big > 0
     assert {(a, b) for a, b in star if a in same_keys} == {(min(same_keys), k) for k in sorted(same_keys)[1:]}
-    # Verification keeps exactly the pairs whose estimate reaches the threshold.
+
+    # Verification through the two joins keeps exactly the pairs whose estimate reaches t.
     sig_of = dict(zip(keys, sigs))
+    sig_blobs = batches(lambda k, s: signature_blobs(k, s, partitions), 5)
     for t in (0.5, 0.8, 0.95):
-        kept, c = run(5, 16, t)
+        attached = []
+        for blobs in group(sig_blobs + list(edge_blobs(sorted(edges), partitions, 0))):
+            attached += attach_signature(blobs, 112, partitions)
+        kept, rejected = set(), 0
+        for blobs in group(sig_blobs + attached):
+            k, r = verify_edges(blobs, 112, t)
+            kept |= set(k)
+            rejected += r
         assert kept == {(a, b) for a, b in edges if jaccard_estimate(sig_of[a], sig_of[b]) >= t}
-        assert c["kept"] + c["rejected"] == c["candidates"] and c["kept"] >= len(kept)
-    assert bucket_edges([], 112, 16, 0.5) == (
-        [],
-        {"candidates": 0, "big_buckets": 0, "kept": 0, "rejected": 0},
-    )
+        assert len(kept) + rejected == len(edges)
+    # A star forest keeps the components and sends every node to its component's minimum.
+    forest = star_forest(edges)
+    assert union_find_components(forest) == union_find_components(edges)
+    assert all(r == min(k for k, c in union_find_components(edges).items() if c == r) for _, r in forest)
+    assert bucket_edges([], 16) == ([], 0)
 
 
 def test_survivor_order():

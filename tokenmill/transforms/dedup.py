@@ -215,33 +215,56 @@ def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 def lsh_partitions(nodes: int, bands: int) -> int:
-    """How many groups the band records are spread over: about ``_PARTITION_RECORDS`` each,
-    so a group (sorted in memory by one worker) stays near 60 MB with signatures, and a small
-    job is one group. A sized partition count instead of one key per bucket: see band_blobs."""
+    """How many groups the band records are spread over: about ``_PARTITION_RECORDS`` each
+    (~1.5 MB of keys, as a group is sorted in memory by one worker); a small job is one group.
+    A sized count of groups instead of one group per bucket: see band_blobs."""
     return max(1, -(-nodes * bands // _PARTITION_RECORDS))
 
 
-_PARTITION_RECORDS = 1 << 17
+def join_partitions(nodes: int) -> int:
+    """How many groups the signature table is spread over for the verification joins: about
+    ``_JOIN_NODES`` signatures each (~64 MB with their keys at 112 permutations)."""
+    return max(1, -(-nodes // _JOIN_NODES))
+
+
+_PARTITION_RECORDS = 1 << 20
+_JOIN_NODES = 1 << 17
 # Nodes per band_blobs call: ~4 MB of signatures, and few blobs per partition in a small job.
 _BATCH_NODES = 8192
 
 
-def _offsets(parts: list[bytes]) -> np.ndarray:
-    out = np.zeros(len(parts) + 1, dtype=np.uint64)
-    np.cumsum([len(p) for p in parts], out=out[1:])
-    return out
+def _pack_keys(keys: list[bytes]) -> tuple[bytes, bytes]:
+    """Variable-length keys as (joined bytes, uint64 offsets): one bytes pair for any number."""
+    offs = np.zeros(len(keys) + 1, dtype=np.uint64)
+    np.cumsum([len(k) for k in keys], out=offs[1:])
+    return b"".join(keys), offs.tobytes()
+
+
+def _unpack_keys(cat: bytes, offs: bytes) -> list[bytes]:
+    o = np.frombuffer(offs, dtype=np.uint64).tolist()
+    return [cat[o[i] : o[i + 1]] for i in range(len(o) - 1)]
+
+
+def home(key: bytes, partitions: int) -> int:
+    """The verification-join group of a node key."""
+    return xxhash.xxh3_64_intdigest(key) % partitions
+
+
+def _by_home(keys: list[bytes], partitions: int) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(home(k, partitions) if partitions > 1 else 0, []).append(i)
+    return groups
 
 
 def band_blobs(
-    keys: list[bytes], sigs: list[bytes], bands: int, rows: int, partitions: int, carry_sigs: bool
-) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes, bytes]]]:
+    keys: list[bytes], sigs: list[bytes], bands: int, rows: int, partitions: int
+) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes]]]:
     """A batch of nodes -> one blob per LSH partition that any of their band keys falls in.
 
-    A blob is (band keys uint64, node index per key uint32, node keys joined, their offsets
-    uint64, the nodes' signatures or b""): each node of the batch appears once per blob it has
-    a key in, with its signature when ``carry_sigs``, so the group that finds a collision can
-    verify it without a join (at most ``bands`` copies of a signature when partitions >= bands;
-    one copy in a small job, which is one partition).
+    A blob is (band keys uint64, node index per band key uint32, the nodes' keys packed): a
+    node of the batch appears once in each blob it has a key in. Signatures stay out (a node
+    would travel with up to ``bands`` copies of its signature); the joins below bring them.
     """
     n = len(keys)
     if n == 0:
@@ -250,57 +273,35 @@ def band_blobs(
     h = band_hashes(sig, bands, rows).ravel()  # record i belongs to node i // bands
     node = np.repeat(np.arange(n, dtype=np.uint32), bands)
     if partitions == 1:
-        groups = [(0, slice(None))]
-    else:
-        part = h % _U64(partitions)
-        order = np.argsort(part, kind="stable")
-        ps = part[order]
-        starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
-        ends = np.r_[starts[1:], len(ps)]
-        groups = [(int(ps[s]), order[s:e]) for s, e in zip(starts, ends)]
-    for p, sel in groups:
-        members = node[sel]
-        if partitions == 1:
-            here, local = np.arange(n, dtype=np.uint32), members
-        else:
-            here = np.unique(members)
-            local = np.searchsorted(here, members).astype(np.uint32)
-        ks = [keys[i] for i in here.tolist()]
-        yield (
-            p,
-            (
-                h[sel].tobytes(),
-                local.tobytes(),
-                b"".join(ks),
-                _offsets(ks).tobytes(),
-                sig[here].tobytes() if carry_sigs else b"",
-            ),
-        )
+        yield 0, (h.tobytes(), node.tobytes(), *_pack_keys(keys))
+        return
+    part = h % _U64(partitions)
+    order = np.argsort(part, kind="stable")
+    ps = part[order]
+    starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+    for s, e in zip(starts.tolist(), np.r_[starts[1:], len(ps)].tolist()):
+        sel = order[s:e]
+        here = np.unique(node[sel])
+        local = np.searchsorted(here, node[sel]).astype(np.uint32)
+        yield int(ps[s]), (h[sel].tobytes(), local.tobytes(), *_pack_keys([keys[i] for i in here.tolist()]))
 
 
 def bucket_edges(
-    blobs: Iterable[tuple[bytes, bytes, bytes, bytes, bytes]],
-    num_perm: int,
-    all_pairs_max: int,
-    threshold: float | None,
-) -> tuple[list[tuple[bytes, bytes]], dict[str, int]]:
-    """The blobs of one LSH partition -> (edges between node keys, counts).
+    blobs: Iterable[tuple[bytes, bytes, bytes, bytes]], all_pairs_max: int
+) -> tuple[list[tuple[bytes, bytes]], int]:
+    """The blobs of one LSH partition -> (candidate edges (a, b) with a < b, big buckets).
 
     A bucket (equal band key) of more than one node gives candidates: all pairs when it has at
     most ``all_pairs_max`` nodes, else a star to its smallest node. A pair found in several
-    bands is a candidate once. With a ``threshold`` (blobs must carry signatures), a candidate
-    is kept when its signatures' Jaccard estimate reaches it, exactly as ``jaccard_estimate``.
+    bands is listed once.
     """
-    hashes, nodes, keys, sig_parts = [], [], [], []
-    for bh, idx, cat, offs, sg in blobs:
-        o = np.frombuffer(offs, dtype=np.uint64).tolist()
+    hashes, nodes, keys = [], [], []
+    for bh, idx, cat, offs in blobs:
         hashes.append(np.frombuffer(bh, dtype=np.uint64))
         nodes.append(np.frombuffer(idx, dtype=np.uint32).astype(np.int64) + len(keys))
-        keys.extend(cat[o[i] : o[i + 1]] for i in range(len(o) - 1))
-        sig_parts.append(sg)
-    counts = {"candidates": 0, "big_buckets": 0, "kept": 0, "rejected": 0}
+        keys.extend(_unpack_keys(cat, offs))
     if not hashes:
-        return [], counts
+        return [], 0
     h = np.concatenate(hashes)
     node = np.concatenate(nodes)
     order = np.argsort(h, kind="stable")
@@ -308,28 +309,90 @@ def bucket_edges(
     starts = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
     lengths = np.diff(np.r_[starts, len(hs)])
     pairs: set[tuple[int, int]] = set()
+    big = 0
     for s, ln in zip(starts[lengths > 1].tolist(), lengths[lengths > 1].tolist()):
-        # A node has one key per band and every key differs by band: a bucket's nodes differ.
+        # A node has one key per band and the band index is in the key: a bucket's nodes differ.
         members = sorted(node[order[s : s + ln]].tolist(), key=keys.__getitem__)
         if ln <= all_pairs_max:
-            found = [(a, b) for i, a in enumerate(members) for b in members[i + 1 :]]
+            pairs.update((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
         else:
-            counts["big_buckets"] += 1
-            found = [(members[0], b) for b in members[1:]]
-        pairs.update(found)
-    counts["candidates"] = len(pairs)
-    if not pairs:
-        return [], counts
-    cand = np.array(sorted(pairs), dtype=np.int64)
-    if threshold is not None:
-        sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(keys), num_perm)
-        keep = np.empty(len(cand), dtype=bool)
-        for i in range(0, len(cand), 1 << 14):  # bounded scratch: 16k pairs x num_perm
-            a, b = cand[i : i + (1 << 14), 0], cand[i : i + (1 << 14), 1]
-            keep[i : i + len(a)] = np.count_nonzero(sig[a] == sig[b], axis=1) / num_perm >= threshold
-        counts["kept"], counts["rejected"] = int(keep.sum()), int(len(keep) - keep.sum())
-        cand = cand[keep]
-    return [(keys[a], keys[b]) for a, b in cand.tolist()], counts
+            big += 1
+            pairs.update((members[0], b) for b in members[1:])
+    return [(keys[a], keys[b]) for a, b in sorted(pairs)], big
+
+
+# The verification joins: groups of blobs keyed by home(node), tagged by their first field.
+SIG_BLOB, EDGE_BLOB = b"S", b"E"
+
+
+def signature_blobs(keys: list[bytes], sigs: list[bytes], partitions: int) -> Iterator[tuple[int, tuple]]:
+    """A batch of (node, signature) -> (group, (SIG_BLOB, keys packed, signatures)) by home."""
+    for q, idx in _by_home(keys, partitions).items():
+        yield q, (SIG_BLOB, *_pack_keys([keys[i] for i in idx]), b"".join(sigs[i] for i in idx))
+
+
+def edge_blobs(
+    edges: list[tuple[bytes, bytes]], partitions: int, to_end: int, sig_a: np.ndarray | None = None
+) -> Iterator[tuple[int, tuple]]:
+    """Edges (with ``a``'s signatures, in join 2) -> (group, (EDGE_BLOB, a packed, b packed,
+    sig_a bytes)), grouped by the home of end ``to_end`` (0: a, 1: b)."""
+    ends = [e[to_end] for e in edges]
+    for q, idx in _by_home(ends, partitions).items():
+        yield (
+            q,
+            (
+                EDGE_BLOB,
+                *_pack_keys([edges[i][0] for i in idx]),
+                *_pack_keys([edges[i][1] for i in idx]),
+                sig_a[idx].tobytes() if sig_a is not None else b"",
+            ),
+        )
+
+
+def _read_join_group(blobs, num_perm: int):
+    """One join group -> ({node: row}, signature matrix, [(a keys, b keys, sig_a bytes)])."""
+    keys: list[bytes] = []
+    sig_parts, edge_parts = [], []
+    for blob in blobs:
+        if blob[0] == SIG_BLOB:
+            keys.extend(_unpack_keys(blob[1], blob[2]))
+            sig_parts.append(blob[3])
+        else:
+            edge_parts.append((_unpack_keys(blob[1], blob[2]), _unpack_keys(blob[3], blob[4]), blob[5]))
+    sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(keys), num_perm)
+    return {k: i for i, k in enumerate(keys)}, sig, edge_parts
+
+
+def attach_signature(blobs, num_perm: int, partitions: int) -> Iterator[tuple[int, tuple]]:
+    """Join 1, a group keyed by home(a): each edge picks up a's signature and moves to home(b)."""
+    row, sig, edge_parts = _read_join_group(blobs, num_perm)
+    for a_keys, b_keys, _ in edge_parts:
+        found = [i for i, a in enumerate(a_keys) if a in row]  # a node without a signature: no edge
+        edges = [(a_keys[i], b_keys[i]) for i in found]
+        yield from edge_blobs(edges, partitions, 1, sig[[row[a_keys[i]] for i in found]])
+
+
+def verify_edges(blobs, num_perm: int, threshold: float) -> tuple[list[tuple[bytes, bytes]], int]:
+    """Join 2, a group keyed by home(b): the edges whose signatures' Jaccard estimate reaches
+    ``threshold`` (computed as ``jaccard_estimate``), and how many were rejected."""
+    row, sig, edge_parts = _read_join_group(blobs, num_perm)
+    kept: list[tuple[bytes, bytes]] = []
+    rejected = 0
+    for a_keys, b_keys, sig_a in edge_parts:
+        found = [i for i, b in enumerate(b_keys) if b in row]
+        sa = np.frombuffer(sig_a, dtype="<u4").reshape(len(a_keys), num_perm)[found]
+        sb = sig[[row[b_keys[i]] for i in found]]
+        ok = (np.count_nonzero(sa == sb, axis=1) / num_perm >= threshold).tolist()
+        kept.extend((a_keys[i], b_keys[i]) for i, k in zip(found, ok) if k)
+        rejected += len(ok) - sum(ok)
+    return kept, rejected
+
+
+def star_forest(edges: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The same connectivity as ``edges`` in fewest edges: each node to its component's minimum.
+    Applied per group before the components, so one group (a small job) hands them over
+    already converged."""
+    return [(v, r) for v, r in union_find_components(edges).items() if v != r]
 
 
 def jaccard_estimate(sig_a: bytes, sig_b: bytes) -> float:
@@ -759,54 +822,73 @@ def _node_signature(kv):
 
 
 class _BandBlobs(beam.DoFn):
-    """A batch of (node key, signature) -> (partition, blob) for each LSH partition it touches."""
+    """A batch of (node key, signature) -> band blobs (main) and, to verify, signature blobs."""
 
-    def __init__(self, bands: int, rows: int, carry_sigs: bool):
+    SIGS = "sigs"
+
+    def __init__(self, bands: int, rows: int, verify: bool):
         self._bands = bands
         self._rows = rows
-        self._carry = carry_sigs
+        self._verify = verify
 
     def process(self, batch, nodes):
-        yield from band_blobs(
-            [k for k, _ in batch],
-            [s for _, s in batch],
-            self._bands,
-            self._rows,
-            lsh_partitions(nodes, self._bands),
-            self._carry,
-        )
+        keys = [k for k, _ in batch]
+        sigs = [s for _, s in batch]
+        yield from band_blobs(keys, sigs, self._bands, self._rows, lsh_partitions(nodes, self._bands))
+        if self._verify:
+            for kv in signature_blobs(keys, sigs, join_partitions(nodes)):
+                yield TaggedOutput(self.SIGS, kv)
 
 
 class _BucketEdges(beam.DoFn):
-    """One LSH partition's blobs -> its (verified) candidate edges (see bucket_edges), sent on
-    as a star forest: each node linked to the smallest node of its component within the
-    partition. Same connectivity, fewer edges, and one partition (a small job) hands the
-    components over already converged."""
+    """One LSH partition -> its candidate edges: edge blobs by home(a) for the verification
+    joins, or, unverified, a star forest for the components."""
 
     def __init__(self, cfg: DedupConfig):
-        self._num_perm = cfg.bands * cfg.rows
         self._max = cfg.bucket_all_pairs_max
-        self._threshold = cfg.verify_threshold if cfg.verify else None
+        self._verify = cfg.verify
 
     def setup(self):
-        self._counters = {
-            k: Metrics.counter(_NS, name)
-            for k, name in (
-                ("candidates", "lsh_candidate_edges"),
-                ("big_buckets", "lsh_big_buckets"),
-                ("kept", "verify_kept_edges"),
-                ("rejected", "verify_rejected_edges"),
-            )
-        }
+        self._candidates = Metrics.counter(_NS, "lsh_candidate_edges")
+        self._big = Metrics.counter(_NS, "lsh_big_buckets")
+
+    def process(self, kv, nodes):
+        edges, big = bucket_edges(kv[1], self._max)
+        self._candidates.inc(len(edges))
+        if big:
+            self._big.inc(big)
+        if self._verify:
+            yield from edge_blobs(edges, join_partitions(nodes), 0)
+        else:
+            yield from star_forest(edges)
+
+
+class _AttachSignature(beam.DoFn):
+    """Join 1 (see attach_signature)."""
+
+    def __init__(self, num_perm: int):
+        self._num_perm = num_perm
+
+    def process(self, kv, nodes):
+        yield from attach_signature(kv[1], self._num_perm, join_partitions(nodes))
+
+
+class _VerifyEdges(beam.DoFn):
+    """Join 2 (see verify_edges): the kept edges, as a star forest for the components."""
+
+    def __init__(self, num_perm: int, threshold: float):
+        self._num_perm = num_perm
+        self._threshold = threshold
+
+    def setup(self):
+        self._kept = Metrics.counter(_NS, "verify_kept_edges")
+        self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
 
     def process(self, kv):
-        edges, counts = bucket_edges(kv[1], self._num_perm, self._max, self._threshold)
-        for k, n in counts.items():
-            if n:
-                self._counters[k].inc(n)
-        for node, root in union_find_components(edges).items():
-            if node != root:
-                yield (node, root)
+        kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
+        self._kept.inc(len(kept))
+        self._rejected.inc(rejected)
+        yield from star_forest(kept)
 
 
 def _label_for_join(kv):
@@ -885,20 +967,38 @@ class Dedup(beam.PTransform):
         verdicts = [(1, exact | "ExactForJoin" >> beam.FlatMap(_exact_for_join))]
         if cfg.near:
             sigs = exact | "NodeSignatures" >> beam.FlatMap(_node_signature)
-            nodes = (
+            count = (
                 sigs
                 | "CountNodes" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
             )
-            edges = (
+            nodes = AsSingleton(count, default_value=0)
+            blobs = (
                 sigs
                 | "BatchNodes" >> beam.BatchElements(min_batch_size=_BATCH_NODES, max_batch_size=_BATCH_NODES)
                 | "BandBlobs"
-                >> beam.ParDo(
-                    _BandBlobs(cfg.bands, cfg.rows, cfg.verify), AsSingleton(nodes, default_value=0)
-                )
-                | "Buckets" >> beam.GroupByKey()
-                | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg))
+                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify), nodes)
+                .with_output_types(tuple[int, Any])
+                .with_outputs(_BandBlobs.SIGS, main="bands")
             )
+            edges = (
+                blobs.bands
+                | "Buckets" >> beam.GroupByKey()
+                | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg), nodes)
+            )
+            if cfg.verify:
+                num_perm = cfg.bands * cfg.rows
+                attached = (
+                    (blobs.sigs, edges)
+                    | "SigAFlatten" >> beam.Flatten()
+                    | "SigAGroup" >> beam.GroupByKey()
+                    | "AttachSignature" >> beam.ParDo(_AttachSignature(num_perm), nodes)
+                )
+                edges = (
+                    (blobs.sigs, attached)
+                    | "SigBFlatten" >> beam.Flatten()
+                    | "SigBGroup" >> beam.GroupByKey()
+                    | "Verify" >> beam.ParDo(_VerifyEdges(num_perm, cfg.verify_threshold))
+                )
             labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
             verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))
         docs_by_h = prepared.docs  # already (h, (0, doc))
