@@ -8,13 +8,17 @@ Stages, each a distributed Beam step (no step gathers all signatures or all edge
    Each exact group is one node of the near-duplicate graph.
 2. MinHash (datasketch's affine32 scheme, bit for bit, with xxh32 instead of sha1) over word
    n-grams of the normalised text (lower-cased, ``\\w+`` tokens, digits folded to 0).
-3. LSH: key = (band, hash of the band's rows); a bucket with more than one node emits
-   candidate edges: all pairs when small, a star to its smallest node when big. Candidates are
-   verified by the signatures' Jaccard estimate. The signatures are not carried in the buckets
-   (14 copies per doc): the edges are joined with the signature table by key, twice (once per
-   endpoint), so every edge carries one signature for one hop. (Sending each edge to both its
-   ends and pairing the halves by edge saves one pass of the table but ships two signatures
-   per edge; on 20k Rust doc pages, 1.75 edges per node, it was slower and used more memory.)
+3. LSH, on packed blocks rather than one Beam element per (band, node): batches of 8,192
+   nodes get a 64-bit key per band (numpy, over the signature matrix) and leave as one blob per
+   LSH partition (key % partitions, about 2^19 band keys each, sized from the node count). A
+   partition's group sorts its keys; a bucket with more than one node gives candidate edges:
+   all pairs when small, a star to its smallest node when big. Candidates are verified by the
+   signatures' Jaccard estimate in two joins keyed by a node's home group (hash % groups of
+   about 2^17 nodes): join 1 by the edge's first node attaches its signature, join 2 by the
+   second compares. Signatures and edges travel as blobs too, each signature once per join
+   (carried in the band blobs they would travel up to 14 times). Each join-2 group hands its
+   kept edges on as a star forest (node -> its component's minimum within the group), so a
+   job with one group arrives at step 4 converged.
 4. Connected components: alternating large-star / small-star (Kiveris et al., "Connected
    Components in MapReduce and Beyond", 2014), ``max_rounds`` rounds unrolled in the graph;
    then a local check labels every node with the smallest node of its neighbourhood and
@@ -215,9 +219,10 @@ def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 def lsh_partitions(nodes: int, bands: int) -> int:
-    """How many groups the band records are spread over: about ``_PARTITION_RECORDS`` each
-    (~1.5 MB of keys, as a group is sorted in memory by one worker); a small job is one group.
-    A sized count of groups instead of one group per bucket: see band_blobs."""
+    """How many groups the band records are spread over: about ``_PARTITION_RECORDS`` each, as
+    one worker sorts a group in memory (6 MB of band keys and indices, plus at most one node key
+    per band key: ~50 MB); a small job is one group. A sized count of groups, not one group per
+    bucket: see band_blobs."""
     return max(1, -(-nodes * bands // _PARTITION_RECORDS))
 
 
@@ -227,7 +232,7 @@ def join_partitions(nodes: int) -> int:
     return max(1, -(-nodes // _JOIN_NODES))
 
 
-_PARTITION_RECORDS = 1 << 20
+_PARTITION_RECORDS = 1 << 19
 _JOIN_NODES = 1 << 17
 # Nodes per band_blobs call: ~4 MB of signatures, and few blobs per partition in a small job.
 _BATCH_NODES = 8192
@@ -698,7 +703,7 @@ class ConnectedComponents(beam.PTransform):
     minima whatever the number of rounds.
     """
 
-    def __init__(self, max_rounds: int = 6, label: str | None = None):
+    def __init__(self, max_rounds: int = 3, label: str | None = None):
         super().__init__(label)
         self._max_rounds = max_rounds
 
