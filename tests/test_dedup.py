@@ -522,6 +522,23 @@ def test_rerun_same_survivors(corpus_result, tmp_path):
     assert again == by_id
 
 
+def test_many_groups_same_result(corpus_result, tmp_path, monkeypatch):
+    """A big job's path on the small corpus: many LSH partitions and verification groups (so
+    candidates cross groups and the components rounds, not the one-group shortcut, do the
+    merging); the verdicts must not change."""
+    import tokenmill.transforms.dedup as dedup_mod
+
+    docs, _planted, by_id, stats = corpus_result
+    monkeypatch.setattr(dedup_mod, "_PARTITION_RECORDS", 64)  # ~40 nodes x 14 bands: ~9 partitions
+    monkeypatch.setattr(dedup_mod, "_JOIN_NODES", 4)  # ~10 verification groups
+    assert dedup_mod.join_partitions(40) > 1 and dedup_mod.lsh_partitions(40, 14) > 1
+    again, again_stats = run_dedup(docs, DedupConfig(), tmp_path)
+    assert again == by_id and again_stats == stats
+    # With no rounds at all, the residual union-find alone must finish the same components.
+    bare, _ = run_dedup(docs, DedupConfig(max_rounds=0), tmp_path, "rounds0")
+    assert bare == by_id
+
+
 def test_variants(tmp_path):
     docs, planted = _corpus()
     # Exact only: near copies all survive, exact copies do not.

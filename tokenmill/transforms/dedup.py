@@ -879,7 +879,11 @@ class _AttachSignature(beam.DoFn):
 
 
 class _VerifyEdges(beam.DoFn):
-    """Join 2 (see verify_edges): the kept edges, as a star forest for the components."""
+    """Join 2 (see verify_edges): the kept edges, as a star forest for the components. When
+    the join has one group, that group saw every edge and its union-find is the answer: it
+    labels the nodes itself ('labels'), and the components get nothing to do."""
+
+    LABELS = "labels"
 
     def __init__(self, num_perm: int, threshold: float):
         self._num_perm = num_perm
@@ -889,11 +893,15 @@ class _VerifyEdges(beam.DoFn):
         self._kept = Metrics.counter(_NS, "verify_kept_edges")
         self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
 
-    def process(self, kv):
+    def process(self, kv, nodes):
         kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
         self._kept.inc(len(kept))
         self._rejected.inc(rejected)
-        yield from star_forest(kept)
+        if join_partitions(nodes) == 1:
+            for label in union_find_components(kept).items():
+                yield TaggedOutput(self.LABELS, label)
+        else:
+            yield from star_forest(kept)
 
 
 def _label_for_join(kv):
@@ -998,12 +1006,17 @@ class Dedup(beam.PTransform):
                     | "SigAGroup" >> beam.GroupByKey()
                     | "AttachSignature" >> beam.ParDo(_AttachSignature(num_perm), nodes)
                 )
-                edges = (
+                verified = (
                     (blobs.sigs, attached)
                     | "SigBFlatten" >> beam.Flatten()
                     | "SigBGroup" >> beam.GroupByKey()
-                    | "Verify" >> beam.ParDo(_VerifyEdges(num_perm, cfg.verify_threshold))
+                    | "Verify"
+                    >> beam.ParDo(_VerifyEdges(num_perm, cfg.verify_threshold), nodes)
+                    .with_output_types(tuple[Any, Any])
+                    .with_outputs(_VerifyEdges.LABELS, main="edges")
                 )
+                edges = verified.edges
+                verdicts.append((2, verified.labels | "DirectLabelForJoin" >> beam.Map(_label_for_join)))
             labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
             verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))
         docs_by_h = prepared.docs  # already (h, (0, doc))
