@@ -290,7 +290,7 @@ def bare_tokenize(texts, tok, batch_size: int) -> None:
 CLOCKS = ("cpu", "wall")
 # A - B on this many documents is the stage's fixed cost per pipeline (building and pickling
 # the graph, bundle processors, DoFn.setup: model loading, the tokenizer side input, dedup's
-# two dozen shuffle stages), which does not grow with the corpus.
+# shuffle stages), which does not grow with the corpus.
 FIXED_DOCS = 8
 
 
