@@ -175,11 +175,14 @@ def _near_family(rng, h, n_words=200, copies=3, edits=4):
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 64])
-def test_packed_lsh_and_verification(partitions):
+def test_packed_lsh_and_verification(partitions, monkeypatch):
     """The packed LSH and join cores: a family of near copies is linked, unrelated docs are not,
     a big bucket becomes a star, a pair colliding in many bands is one candidate, verification
     agrees with jaccard_estimate, and the star forests keep the components; the same whatever
     the partitioning and the batches."""
+    import tokenmill.transforms.dedup as dedup_mod
+
+    monkeypatch.setattr(dedup_mod, "_EDGE_BLOB", 3)  # edges split over many blobs per group
     rng = random.Random(7)
     h = MinHasher(14 * 8)
     fam = _near_family(rng, h)

@@ -187,12 +187,11 @@ class DedupConfig(Section):
     # its smallest member (linear, not quadratic, in the bucket size).
     bucket_all_pairs_max: int = Field(default=16, ge=2, le=10_000)
     # Rounds of large-star/small-star unrolled in the Beam graph for connected components.
-    # Whatever is left unconverged after them is finished by a union-find over the residual.
-    # Each verification group hands over a star forest, so the rounds only join stars across
-    # groups: with the groups forced small (23 on the license texts, 49 on synthetic 100k) the
-    # counters showed the last change in round 2 and round 0. Each round costs a small job
-    # ~25 ms of graph and two shuffles.
-    max_rounds: int = Field(default=3, ge=0, le=64)
+    # Whatever is left unconverged after them is finished by a union-find over the residual,
+    # on one worker: the rounds keep that residual small at scale. (Each verification group
+    # hands over a star forest, and a job with one group none at all, so in a small job the
+    # rounds run empty: ~25 ms each.)
+    max_rounds: int = Field(default=6, ge=0, le=64)
     # Which member of a cluster survives: highest quality_field, then longest text, then the
     # smallest id (quality); longest text then smallest id (longest); smallest id (first_id).
     survivor: Literal["quality", "longest", "first_id"] = "quality"

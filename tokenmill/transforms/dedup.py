@@ -18,7 +18,11 @@ Stages, each a distributed Beam step (no step gathers all signatures or all edge
    second compares. Signatures and edges travel as blobs too, each signature once per join
    (carried in the band blobs they would travel up to 14 times). Each join-2 group hands its
    kept edges on as a star forest (node -> its component's minimum within the group), so a
-   job with one group arrives at step 4 converged.
+   job with one group arrives at step 4 converged. Limits: a partition's group is sorted in
+   memory by one worker, so one bucket of millions of nodes (near-identical boilerplate pages)
+   needs ~100 B per member there; and as partitions grow with the corpus while a batch stays
+   8,192 nodes, a band blob holds ~4e9 / nodes keys (430 at 1e7 nodes, a handful at 1e9:
+   back to about one element per key, as an element-per-bucket design has throughout).
 4. Connected components: alternating large-star / small-star (Kiveris et al., "Connected
    Components in MapReduce and Beyond", 2014), ``max_rounds`` rounds unrolled in the graph;
    then a local check labels every node with the smallest node of its neighbourhood and
@@ -234,6 +238,7 @@ def join_partitions(nodes: int) -> int:
 
 _PARTITION_RECORDS = 1 << 19
 _JOIN_NODES = 1 << 17
+_EDGE_BLOB = 1 << 16  # edges per blob in the joins: ~30 MB with their first end's signatures
 # Nodes per band_blobs call: ~4 MB of signatures, and few blobs per partition in a small job.
 _BATCH_NODES = 8192
 
@@ -316,8 +321,12 @@ def bucket_edges(
     pairs: set[tuple[int, int]] = set()
     big = 0
     for s, ln in zip(starts[lengths > 1].tolist(), lengths[lengths > 1].tolist()):
-        # A node has one key per band and the band index is in the key: a bucket's nodes differ.
-        members = sorted(node[order[s : s + ln]].tolist(), key=keys.__getitem__)
+        # A node has one key per band and the band index is in the key, so a bucket's nodes
+        # differ, unless two of one node's keys collide in 64 bits: set() drops that self-pair.
+        members = sorted(set(node[order[s : s + ln]].tolist()), key=keys.__getitem__)
+        ln = len(members)
+        if ln < 2:
+            continue
         if ln <= all_pairs_max:
             pairs.update((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
         else:
@@ -342,16 +351,20 @@ def edge_blobs(
     """Edges (with ``a``'s signatures, in join 2) -> (group, (EDGE_BLOB, a packed, b packed,
     sig_a bytes)), grouped by the home of end ``to_end`` (0: a, 1: b)."""
     ends = [e[to_end] for e in edges]
-    for q, idx in _by_home(ends, partitions).items():
-        yield (
-            q,
-            (
-                EDGE_BLOB,
-                *_pack_keys([edges[i][0] for i in idx]),
-                *_pack_keys([edges[i][1] for i in idx]),
-                sig_a[idx].tobytes() if sig_a is not None else b"",
-            ),
-        )
+    for q, group in _by_home(ends, partitions).items():
+        # In blobs of at most _EDGE_BLOB edges: a big bucket's star (every edge from one hub
+        # goes to one home) must not become a single element of gigabytes.
+        for i in range(0, len(group), _EDGE_BLOB):
+            idx = group[i : i + _EDGE_BLOB]
+            yield (
+                q,
+                (
+                    EDGE_BLOB,
+                    *_pack_keys([edges[j][0] for j in idx]),
+                    *_pack_keys([edges[j][1] for j in idx]),
+                    sig_a[idx].tobytes() if sig_a is not None else b"",
+                ),
+            )
 
 
 def _read_join_group(blobs, num_perm: int):
@@ -703,7 +716,7 @@ class ConnectedComponents(beam.PTransform):
     minima whatever the number of rounds.
     """
 
-    def __init__(self, max_rounds: int = 3, label: str | None = None):
+    def __init__(self, max_rounds: int = 6, label: str | None = None):
         super().__init__(label)
         self._max_rounds = max_rounds
 
