@@ -99,7 +99,11 @@ def _exact_hash_lower(low: str) -> bytes:
 
 def tokens(text: str | None) -> list[str]:
     """Near-dup tokens: lower-cased ``\\w+`` runs (punctuation dropped), every digit folded to 0."""
-    return _WORD.findall(_DIGIT.sub("0", (text or "").lower()))
+    return _lower_tokens((text or "").lower())
+
+
+def _lower_tokens(low: str) -> list[str]:
+    return _WORD.findall(_DIGIT.sub("0", low))
 
 
 _WORD_ASCII = re.compile(rb"\w+")
@@ -112,7 +116,7 @@ def _token_bytes(low: str) -> list[bytes]:
     for bytes and str patterns alike."""
     if low.isascii():
         return _WORD_ASCII.findall(low.encode("ascii").translate(_DIGITS_TO_0))
-    toks = _WORD.findall(_DIGIT.sub("0", low))
+    toks = _lower_tokens(low)
     # Encoded in one go, not token by token (same bytes).
     return _utf8(" ".join(toks)).split(b" ") if toks else []
 
@@ -267,6 +271,12 @@ def _by_home(keys: list[bytes], partitions: int) -> dict[int, list[int]]:
     return groups
 
 
+def _runs(sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, length) of each run of equal values in a sorted array."""
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    return starts, np.diff(np.r_[starts, len(sorted_values)])
+
+
 def band_blobs(
     keys: list[bytes], sigs: list[bytes], bands: int, rows: int, partitions: int
 ) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes]]]:
@@ -288,9 +298,9 @@ def band_blobs(
     part = h % _U64(partitions)
     order = np.argsort(part, kind="stable")
     ps = part[order]
-    starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
-    for s, e in zip(starts.tolist(), np.r_[starts[1:], len(ps)].tolist()):
-        sel = order[s:e]
+    starts, lengths = _runs(ps)
+    for s, ln in zip(starts.tolist(), lengths.tolist()):
+        sel = order[s : s + ln]
         here = np.unique(node[sel])
         local = np.searchsorted(here, node[sel]).astype(np.uint32)
         yield int(ps[s]), (h[sel].tobytes(), local.tobytes(), *_pack_keys([keys[i] for i in here.tolist()]))
@@ -315,9 +325,7 @@ def bucket_edges(
     h = np.concatenate(hashes)
     node = np.concatenate(nodes)
     order = np.argsort(h, kind="stable")
-    hs = h[order]
-    starts = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
-    lengths = np.diff(np.r_[starts, len(hs)])
+    starts, lengths = _runs(h[order])
     pairs: set[tuple[int, int]] = set()
     big = 0
     for s, ln in zip(starts[lengths > 1].tolist(), lengths[lengths > 1].tolist()):
