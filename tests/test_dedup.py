@@ -28,6 +28,7 @@ from tokenmill.transforms.dedup import (
     edge_blobs,
     exact_hash,
     exact_jaccard,
+    exact_reps,
     jaccard_estimate,
     node_id,
     node_key,
@@ -39,6 +40,7 @@ from tokenmill.transforms.dedup import (
     tokens,
     union_find_components,
     verify_edges,
+    verify_local,
 )
 from tokenmill.transforms.doc import new_doc
 
@@ -152,6 +154,14 @@ def _sig_matrix(sigs: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(sigs), dtype="<u4").reshape(len(sigs), -1)
 
 
+def test_exact_reps():
+    """Copies (same h, the last 16 bytes of a node key) merge into their smallest key."""
+    ha, hb = exact_hash("a"), exact_hash("b")
+    nodes = [(b"3" + ha, "sa3"), (b"1" + hb, "sb1"), (b"2" + ha, "sa2"), (b"5" + ha, "sa5")]
+    assert sorted(exact_reps(nodes)) == [(b"1" + hb, "sb1"), (b"2" + ha, "sa2")]
+    assert exact_reps([]) == []
+
+
 def test_band_hashes():
     h = MinHasher(14 * 8)
     s1 = h.signature(["a b c"])
@@ -238,6 +248,10 @@ def test_packed_lsh_and_verification(partitions, monkeypatch):
             rejected += r
         assert kept == {(a, b) for a, b in edges if jaccard_estimate(sig_of[a], sig_of[b]) >= t}
         assert len(kept) + rejected == len(edges)
+        # One LSH partition: its group holds the signature blobs beside the band blobs.
+        one = [blob for _, blob in batches(lambda k, s: band_blobs(k, s, 14, 8, 1), 5)]
+        local, local_rejected = verify_local(one + [b for _, b in sig_blobs], sorted(edges), 112, t)
+        assert set(local) == kept and local_rejected == rejected
     # A star forest keeps the components and sends every node to its component's minimum.
     forest = star_forest(edges)
     assert union_find_components(forest) == union_find_components(edges)
@@ -525,16 +539,23 @@ def test_rerun_same_survivors(corpus_result, tmp_path):
     assert again == by_id
 
 
-def test_many_groups_same_result(corpus_result, tmp_path, monkeypatch):
-    """A big job's path on the small corpus: many LSH partitions and verification groups (so
-    candidates cross groups and the components rounds, not the one-group shortcut, do the
-    merging); the verdicts must not change."""
+@pytest.mark.parametrize(
+    "records, join_nodes, batch", [(64, 4, 3), (64, 1 << 17, 8192), (1 << 19, 1 << 17, 3)]
+)
+def test_many_groups_same_result(corpus_result, tmp_path, monkeypatch, records, join_nodes, batch):
+    """A big job's paths on the small corpus: many LSH partitions (so verification goes through
+    the joins, not the one-partition shortcut), with many verification groups (candidates cross
+    groups and the components rounds do the merging) or one (it labels directly); and batches
+    of 3 nodes, so exact copies meet in LSH rather than in a batch. The verdicts must not
+    change."""
     import tokenmill.transforms.dedup as dedup_mod
 
     docs, _planted, by_id, stats = corpus_result
-    monkeypatch.setattr(dedup_mod, "_PARTITION_RECORDS", 64)  # ~40 nodes x 14 bands: ~9 partitions
-    monkeypatch.setattr(dedup_mod, "_JOIN_NODES", 4)  # ~10 verification groups
-    assert dedup_mod.join_partitions(40) > 1 and dedup_mod.lsh_partitions(40, 14) > 1
+    monkeypatch.setattr(dedup_mod, "_PARTITION_RECORDS", records)  # 64: ~40 nodes x 14 bands in ~9
+    monkeypatch.setattr(dedup_mod, "_JOIN_NODES", join_nodes)  # 4: ~10 verification groups
+    monkeypatch.setattr(dedup_mod, "_BATCH_NODES", batch)
+    assert (dedup_mod.lsh_partitions(40, 14) > 1) == (records == 64)
+    assert (dedup_mod.join_partitions(40) > 1) == (join_nodes == 4)
     again, again_stats = run_dedup(docs, DedupConfig(), tmp_path)
     assert again == by_id and again_stats == stats
     # With no rounds at all, the residual union-find alone must finish the same components.

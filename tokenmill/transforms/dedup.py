@@ -1,11 +1,15 @@
 """Exact and near-duplicate removal that runs entirely inside Beam (issue #4).
 
-Stages, each a distributed Beam step (no step gathers all signatures or all edges on one key):
+Stages, each a distributed Beam step (no step gathers all signatures or all edges on one key,
+but for a job small enough for one LSH partition, ~17 MB of signatures):
 
 1. Exact: every active document is keyed by ``h`` = xxh3-128 of its lower-cased,
-   whitespace-collapsed text. A combiner (lifted, so it pre-aggregates on every worker) keeps,
-   per ``h``, the best document under the survivor order (its *node key*, below) and a count.
-   Each exact group is one node of the near-duplicate graph.
+   whitespace-collapsed text, and becomes a node of the near-duplicate graph under its *node
+   key* (below). Copies of one text share a signature, so LSH puts them in one component
+   (copies that meet in one batch are merged first, keeping the smallest key); the final join
+   by ``h`` finds each group's representative (its smallest node key) and tells the exact
+   copies from the near ones. No shuffle by ``h`` before LSH.
+   A text copied a million times enters LSH once per batch it appears in: a big bucket (below).
 2. MinHash (datasketch's affine32 scheme, bit for bit, with xxh32 instead of sha1) over word
    n-grams of the normalised text (lower-cased, ``\\w+`` tokens, digits folded to 0).
 3. LSH, on packed blocks rather than one Beam element per (band, node): batches of 8,192
@@ -18,7 +22,9 @@ Stages, each a distributed Beam step (no step gathers all signatures or all edge
    second compares. Signatures and edges travel as blobs too, each signature once per join
    (carried in the band blobs they would travel up to 14 times). Each join-2 group hands its
    kept edges on as a star forest (node -> its component's minimum within the group), so a
-   job with one group arrives at step 4 converged. Limits: a partition's group is sorted in
+   job with one group arrives at step 4 converged. A job whose LSH has one partition (up to
+   ~37,000 nodes) needs no join: the band blobs' group gets the batches' signatures beside the
+   band keys, verifies, and labels the nodes itself. Limits: a partition's group is sorted in
    memory by one worker, so one bucket of millions of nodes (near-identical boilerplate pages)
    needs ~100 B per member there; and as partitions grow with the corpus while a batch stays
    8,192 nodes, a band blob holds ~4e9 / nodes keys (430 at 1e7 nodes, a handful at 1e9:
@@ -282,9 +288,10 @@ def band_blobs(
 ) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes]]]:
     """A batch of nodes -> one blob per LSH partition that any of their band keys falls in.
 
-    A blob is (band keys uint64, node index per band key uint32, the nodes' keys packed): a
-    node of the batch appears once in each blob it has a key in. Signatures stay out (a node
-    would travel with up to ``bands`` copies of its signature); the joins below bring them.
+    A blob is (BAND_BLOB, band keys uint64, node index per band key uint32, the nodes' keys
+    packed): a node of the batch appears once in each blob it has a key in. Signatures stay out
+    (a node would travel with up to ``bands`` copies of its signature); the joins below bring
+    them, or, with one partition, a signature blob beside the band blobs.
     """
     n = len(keys)
     if n == 0:
@@ -293,7 +300,7 @@ def band_blobs(
     h = band_hashes(sig, bands, rows).ravel()  # record i belongs to node i // bands
     node = np.repeat(np.arange(n, dtype=np.uint32), bands)
     if partitions == 1:
-        yield 0, (h.tobytes(), node.tobytes(), *_pack_keys(keys))
+        yield 0, (BAND_BLOB, h.tobytes(), node.tobytes(), *_pack_keys(keys))
         return
     part = h % _U64(partitions)
     order = np.argsort(part, kind="stable")
@@ -303,20 +310,22 @@ def band_blobs(
         sel = order[s : s + ln]
         here = np.unique(node[sel])
         local = np.searchsorted(here, node[sel]).astype(np.uint32)
-        yield int(ps[s]), (h[sel].tobytes(), local.tobytes(), *_pack_keys([keys[i] for i in here.tolist()]))
+        yield int(ps[s]), (BAND_BLOB, h[sel].tobytes(), local.tobytes(), *_pack_keys([keys[i] for i in here.tolist()]))
 
 
-def bucket_edges(
-    blobs: Iterable[tuple[bytes, bytes, bytes, bytes]], all_pairs_max: int
-) -> tuple[list[tuple[bytes, bytes]], int]:
-    """The blobs of one LSH partition -> (candidate edges (a, b) with a < b, big buckets).
+def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[list[tuple[bytes, bytes]], int]:
+    """The band blobs of one LSH partition (others are skipped) -> (candidate edges (a, b) with
+    a < b, big buckets).
 
     A bucket (equal band key) of more than one node gives candidates: all pairs when it has at
     most ``all_pairs_max`` nodes, else a star to its smallest node. A pair found in several
     bands is listed once.
     """
     hashes, nodes, keys = [], [], []
-    for bh, idx, cat, offs in blobs:
+    for blob in blobs:
+        if blob[0] != BAND_BLOB:
+            continue
+        _, bh, idx, cat, offs = blob
         hashes.append(np.frombuffer(bh, dtype=np.uint64))
         nodes.append(np.frombuffer(idx, dtype=np.uint32).astype(np.int64) + len(keys))
         keys.extend(_unpack_keys(cat, offs))
@@ -343,8 +352,9 @@ def bucket_edges(
     return [(keys[a], keys[b]) for a, b in sorted(pairs)], big
 
 
-# The verification joins: groups of blobs keyed by home(node), tagged by their first field.
-SIG_BLOB, EDGE_BLOB = b"S", b"E"
+# Blobs are tagged by their first field: band keys (LSH), and the verification's signatures
+# and edges (in the joins keyed by home(node), or beside the band keys in a one-partition LSH).
+BAND_BLOB, SIG_BLOB, EDGE_BLOB = b"B", b"S", b"E"
 
 
 def signature_blobs(keys: list[bytes], sigs: list[bytes], partitions: int) -> Iterator[tuple[int, tuple]]:
@@ -383,7 +393,7 @@ def _read_join_group(blobs, num_perm: int):
         if blob[0] == SIG_BLOB:
             keys.extend(_unpack_keys(blob[1], blob[2]))
             sig_parts.append(blob[3])
-        else:
+        elif blob[0] == EDGE_BLOB:
             edge_parts.append((_unpack_keys(blob[1], blob[2]), _unpack_keys(blob[3], blob[4]), blob[5]))
     sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(keys), num_perm)
     return {k: i for i, k in enumerate(keys)}, sig, edge_parts
@@ -408,10 +418,26 @@ def verify_edges(blobs, num_perm: int, threshold: float) -> tuple[list[tuple[byt
         found = [i for i, b in enumerate(b_keys) if b in row]
         sa = np.frombuffer(sig_a, dtype="<u4").reshape(len(a_keys), num_perm)[found]
         sb = sig[[row[b_keys[i]] for i in found]]
-        ok = (np.count_nonzero(sa == sb, axis=1) / num_perm >= threshold).tolist()
-        kept.extend((a_keys[i], b_keys[i]) for i, k in zip(found, ok) if k)
-        rejected += len(ok) - sum(ok)
+        rejected += _keep_similar([(a_keys[i], b_keys[i]) for i in found], sa, sb, threshold, kept)
     return kept, rejected
+
+
+def verify_local(blobs, edges: list[tuple[bytes, bytes]], num_perm: int, threshold: float):
+    """``verify_edges`` for a one-partition LSH, whose group holds every signature beside the
+    band keys: (kept edges, rejected count)."""
+    row, sig, _ = _read_join_group(blobs, num_perm)
+    kept: list[tuple[bytes, bytes]] = []
+    sa = sig[[row[a] for a, _ in edges]]
+    sb = sig[[row[b] for _, b in edges]]
+    return kept, _keep_similar(edges, sa, sb, threshold, kept)
+
+
+def _keep_similar(edges, sa: np.ndarray, sb: np.ndarray, threshold: float, kept: list) -> int:
+    """Appends to ``kept`` the edges whose signature rows (sa[i], sb[i]) agree in a fraction
+    >= threshold of places (as ``jaccard_estimate``); returns how many it rejected."""
+    ok = (np.count_nonzero(sa == sb, axis=1) / sa.shape[1] >= threshold).tolist()
+    kept.extend(e for e, k in zip(edges, ok) if k)
+    return len(ok) - sum(ok)
 
 
 def star_forest(edges: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
@@ -778,8 +804,9 @@ def _pass_key(packed: bytes) -> bytes:
 
 
 class _Prepare(beam.DoFn):
-    """Doc -> (h, (0, packed doc)) for the final join, and (h, (node_key, signature)) to 'node';
-    a doc that takes no part only goes to the join, under its own key."""
+    """Doc -> (h, (0, packed doc)) for the final join and, with near-duplicate detection and a
+    signature, (node key, signature) to 'node'; a doc that takes no part only goes to the join,
+    under its own key."""
 
     NODE = "node"
 
@@ -801,54 +828,32 @@ class _Prepare(beam.DoFn):
             return
         low = doc["text"].lower()
         h = _exact_hash_lower(low)
-        key = node_key(doc, h, self._mode, self._qfield)
-        # Signatures are computed before the exact step, also for exact copies: it costs CPU
-        # but spares a second shuffle of the full documents (text is needed for the signature).
-        sig = self._hasher._lower_text_signature(low, self._n) if self._hasher else None
         yield (h, (0, pack(doc)))  # packed: the join shuffles every document
-        yield TaggedOutput(self.NODE, (h, (key, sig)))
+        if self._hasher is not None:
+            # Every document is a node, exact copies too: copies share a signature, so LSH puts
+            # them in one component, and the join by h sorts out which of them is exact. That
+            # spares a shuffle of every node by h before LSH (exact_reps merges the copies that
+            # meet in one batch); the text is needed here anyway, for the signature.
+            sig = self._hasher._lower_text_signature(low, self._n)
+            if sig is not None:
+                yield TaggedOutput(self.NODE, (node_key(doc, h, self._mode, self._qfield), sig))
 
 
-class _ExactRepFn(beam.CombineFn):
-    """Per h: (smallest node key, its signature, member count)."""
-
-    def create_accumulator(self):
-        return (None, None, 0)
-
-    def add_input(self, acc, item):
-        key, sig = item
-        best, bsig, n = acc
-        if best is None or key < best:
-            return (key, sig, n + 1)
-        return (best, bsig, n + 1)
-
-    def merge_accumulators(self, accs):
-        best, bsig, n = None, None, 0
-        for k, s, c in accs:
-            n += c
-            if k is not None and (best is None or k < best):
-                best, bsig = k, s
-        return (best, bsig, n)
-
-    def extract_output(self, acc):
-        return acc
-
-
-def _exact_for_join(kv):
-    # Only groups of 2+ documents: a lone document's verdict, if any, comes with its label.
-    h, (rep, _sig, n) = kv
-    if n > 1:
-        yield h, (1, (rep, n))
-
-
-def _node_signature(kv):
-    _h, (rep, sig, _n) = kv
-    if sig is not None:
-        yield (rep, sig)
+def exact_reps(nodes: Iterable[tuple[bytes, Any]]) -> list[tuple[bytes, Any]]:
+    """(node key, signature) pairs -> one per exact group (``node_hash``): its smallest key.
+    Copies of one text have one signature, so the others would only add edges to it."""
+    best: dict[bytes, tuple[bytes, Any]] = {}
+    for node in nodes:
+        h = node_hash(node[0])
+        if h not in best or node[0] < best[h][0]:
+            best[h] = node
+    return list(best.values())
 
 
 class _BandBlobs(beam.DoFn):
-    """A batch of (node key, signature) -> band blobs (main) and, to verify, signature blobs."""
+    """A batch of (node key, signature) -> band blobs (main) and, to verify, signature blobs:
+    beside the band blobs when the LSH has one partition (its group verifies), else to the
+    joins ('sigs')."""
 
     SIGS = "sigs"
 
@@ -858,23 +863,56 @@ class _BandBlobs(beam.DoFn):
         self._verify = verify
 
     def process(self, batch, nodes):
+        batch = exact_reps(batch)
         keys = [k for k, _ in batch]
         sigs = [s for _, s in batch]
-        yield from band_blobs(keys, sigs, self._bands, self._rows, lsh_partitions(nodes, self._bands))
-        if self._verify:
+        partitions = lsh_partitions(nodes, self._bands)
+        yield from band_blobs(keys, sigs, self._bands, self._rows, partitions)
+        if self._verify and partitions == 1:
+            yield from signature_blobs(keys, sigs, 1)
+        elif self._verify:
             for kv in signature_blobs(keys, sigs, join_partitions(nodes)):
                 yield TaggedOutput(self.SIGS, kv)
 
 
-class _BucketEdges(beam.DoFn):
-    """One LSH partition -> its candidate edges: edge blobs by home(a) for the verification
-    joins, or, unverified, a star forest for the components."""
+class _EdgeSink(beam.DoFn):
+    """Where edges are known to be kept: a group that saw every edge labels the nodes itself
+    ('labels', ready for the final join) and the components get nothing to do; any other group
+    hands its edges on to the components as a star forest."""
+
+    LABELS = "labels"
+
+    def setup(self):
+        self._kept = Metrics.counter(_NS, "verify_kept_edges")
+        self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
+
+    def _emit(self, kept, whole: bool):
+        if whole:
+            for label in union_find_components(kept).items():
+                yield TaggedOutput(self.LABELS, _label_for_join(label))
+        else:
+            yield from star_forest(kept)
+
+    def _verified(self, kept, rejected: int, whole: bool):
+        self._kept.inc(len(kept))
+        self._rejected.inc(rejected)
+        return self._emit(kept, whole)
+
+
+class _BucketEdges(_EdgeSink):
+    """One LSH partition -> its candidate edges. Verified here when the LSH has one partition
+    (the signatures came along), else sent to the joins as edge blobs by home(a); unverified,
+    they go on as they are."""
 
     def __init__(self, cfg: DedupConfig):
         self._max = cfg.bucket_all_pairs_max
         self._verify = cfg.verify
+        self._bands = cfg.bands
+        self._num_perm = cfg.bands * cfg.rows
+        self._threshold = cfg.verify_threshold
 
     def setup(self):
+        super().setup()
         self._candidates = Metrics.counter(_NS, "lsh_candidate_edges")
         self._big = Metrics.counter(_NS, "lsh_big_buckets")
 
@@ -883,10 +921,13 @@ class _BucketEdges(beam.DoFn):
         self._candidates.inc(len(edges))
         if big:
             self._big.inc(big)
-        if self._verify:
-            yield from edge_blobs(edges, join_partitions(nodes), 0)
+        whole = lsh_partitions(nodes, self._bands) == 1
+        if not self._verify:
+            yield from self._emit(edges, whole)
+        elif whole:
+            yield from self._verified(*verify_local(kv[1], edges, self._num_perm, self._threshold), True)
         else:
-            yield from star_forest(edges)
+            yield from edge_blobs(edges, join_partitions(nodes), 0)
 
 
 class _AttachSignature(beam.DoFn):
@@ -899,30 +940,16 @@ class _AttachSignature(beam.DoFn):
         yield from attach_signature(kv[1], self._num_perm, join_partitions(nodes))
 
 
-class _VerifyEdges(beam.DoFn):
-    """Join 2 (see verify_edges): the kept edges, as a star forest for the components. When
-    the join has one group, that group saw every edge and its union-find is the answer: it
-    labels the nodes itself ('labels'), and the components get nothing to do."""
-
-    LABELS = "labels"
+class _VerifyEdges(_EdgeSink):
+    """Join 2 (see verify_edges)."""
 
     def __init__(self, num_perm: int, threshold: float):
         self._num_perm = num_perm
         self._threshold = threshold
 
-    def setup(self):
-        self._kept = Metrics.counter(_NS, "verify_kept_edges")
-        self._rejected = Metrics.counter(_NS, "verify_rejected_edges")
-
     def process(self, kv, nodes):
         kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
-        self._kept.inc(len(kept))
-        self._rejected.inc(rejected)
-        if join_partitions(nodes) == 1:
-            for label in union_find_components(kept).items():
-                yield TaggedOutput(self.LABELS, label)
-        else:
-            yield from star_forest(kept)
+        yield from self._verified(kept, rejected, join_partitions(nodes) == 1)
 
 
 def _label_for_join(kv):
@@ -931,8 +958,10 @@ def _label_for_join(kv):
 
 
 class _Assign(beam.DoFn):
-    """Per exact group h: the documents (tag 0), (rep key, count) when 2+ documents (tag 1),
-    (rep key, CC label) when the group has near-duplicates (tag 2)."""
+    """Per exact group h: the documents (tag 0) and, when the group is in a near-duplicate
+    component, (node, component label) messages (tag 2). Every node of the group that took
+    part in LSH is in one component (copies share a signature), so any message's label is the
+    group's. The group's representative, its smallest node key, is found here."""
 
     def __init__(self, cfg: DedupConfig):
         self._mode = cfg.survivor
@@ -945,26 +974,28 @@ class _Assign(beam.DoFn):
 
     def process(self, kv):
         h, items = kv
-        rep = count = label = None
-        for t, v in items:  # first pass: the two small values (documents are skipped)
-            if t == 1:
-                rep, count = v
-            elif t == 2:
-                rep, label = v
-        in_cluster = label is not None or (count or 0) > 1
-        if not in_cluster:
-            for t, packed in items:
-                if t == 0:
-                    yield unpack(packed)
+        label, count, first = None, 0, None
+        for t, v in items:  # first pass: count the documents (unpacked only if needed), one label
+            if t == 0:
+                count += 1
+                first = first or v
+            else:
+                label = v[1]
+        if count == 1 and label is None:
+            yield unpack(first)
             return
+        if count == 1:
+            docs = [unpack(first)]
+            rep = node_key(docs[0], h, self._mode, self._qfield)
+        else:  # an exact group: unpacked twice rather than held (a group may be huge)
+            docs = (unpack(v) for t, v in items if t == 0)
+            rep = min(node_key(doc, h, self._mode, self._qfield) for doc in docs)
+            docs = (unpack(v) for t, v in items if t == 0)
         cluster_id = node_id(label if label is not None else rep, self._mode)
         rep_seen = False
-        for t, packed in items:
-            if t != 0:
-                continue
-            doc = unpack(packed)
+        for doc in docs:
             doc["dup_cluster"] = cluster_id
-            if not rep_seen and node_key(doc, h, self._mode, self._qfield) == rep:
+            if not rep_seen and (count == 1 or node_key(doc, h, self._mode, self._qfield) == rep):
                 rep_seen = True
                 if label is not None and label != rep:
                     drop(doc, STAGE, NEAR_REASON)
@@ -997,10 +1028,9 @@ class Dedup(beam.PTransform):
             .with_output_types(tuple[bytes, tuple[int, Any]])
             .with_outputs(_Prepare.NODE, main="docs")
         )
-        exact = prepared[_Prepare.NODE] | "ExactRep" >> beam.CombinePerKey(_ExactRepFn())
-        verdicts = [(1, exact | "ExactForJoin" >> beam.FlatMap(_exact_for_join))]
+        labels = []  # (h, (2, (node, label))) for the join
         if cfg.near:
-            sigs = exact | "NodeSignatures" >> beam.FlatMap(_node_signature)
+            sigs = prepared[_Prepare.NODE]
             count = (
                 sigs
                 | "CountNodes" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
@@ -1014,11 +1044,16 @@ class Dedup(beam.PTransform):
                 .with_output_types(tuple[int, Any])
                 .with_outputs(_BandBlobs.SIGS, main="bands")
             )
-            edges = (
+            buckets = (
                 blobs.bands
                 | "Buckets" >> beam.GroupByKey()
-                | "BucketEdges" >> beam.ParDo(_BucketEdges(cfg), nodes)
+                | "BucketEdges"
+                >> beam.ParDo(_BucketEdges(cfg), nodes)
+                .with_output_types(tuple[Any, Any])
+                .with_outputs(_EdgeSink.LABELS, main="edges")
             )
+            labels.append(buckets.labels)
+            edges = buckets.edges
             if cfg.verify:
                 num_perm = cfg.bands * cfg.rows
                 attached = (
@@ -1034,15 +1069,15 @@ class Dedup(beam.PTransform):
                     | "Verify"
                     >> beam.ParDo(_VerifyEdges(num_perm, cfg.verify_threshold), nodes)
                     .with_output_types(tuple[Any, Any])
-                    .with_outputs(_VerifyEdges.LABELS, main="edges")
+                    .with_outputs(_EdgeSink.LABELS, main="edges")
                 )
                 edges = verified.edges
-                verdicts.append((2, verified.labels | "DirectLabelForJoin" >> beam.Map(_label_for_join)))
-            labels = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
-            verdicts.append((2, labels | "LabelForJoin" >> beam.Map(_label_for_join)))
+                labels.append(verified.labels)
+            components = edges | "Components" >> ConnectedComponents(cfg.max_rounds)
+            labels.append(components | "LabelForJoin" >> beam.Map(_label_for_join))
         docs_by_h = prepared.docs  # already (h, (0, doc))
         grouped = (
-            [docs_by_h] + [pc for _, pc in verdicts]
+            [docs_by_h, *labels]
             | "JoinFlatten" >> beam.Flatten()
             | "JoinGroup" >> beam.GroupByKey()
         )
