@@ -45,8 +45,12 @@ and tokenize get every document as live input (drop marks cleared).
 Each measurement is repeated (``--repeat``), bare and Beam runs interleaved, and the best of
 each is kept.
 
+A corpus this size takes dedup's one-partition shortcut (LSH, verification and labels in one
+group); ``--dedup-groups K`` sizes its partitions so that the same documents take a big job's
+path instead (K LSH partitions, K verification groups, the components rounds).
+
     python bench/stages.py [--pages 2000] [--repeat 3] [--stages extract,pii] [--no-shared]
-                           [--clock cpu|wall]
+                           [--clock cpu|wall] [--dedup-groups K]
 """
 
 from __future__ import annotations
@@ -280,6 +284,17 @@ def bare_dedup_job(docs, cfg: JobConfig) -> None:
                 d["dropped_by"] = "dedup:near_duplicate"
 
 
+def force_dedup_groups(nodes: int, cfg: JobConfig, k: int) -> None:
+    """Make ``nodes`` documents take dedup's big-job path: K LSH partitions and K verification
+    groups instead of the one-partition shortcut a corpus this small takes."""
+    from tokenmill.transforms import dedup
+
+    dedup._PARTITION_RECORDS = -(-nodes * cfg.dedup.bands // k)
+    dedup._JOIN_NODES = -(-nodes // k)
+    got = dedup.lsh_partitions(nodes, cfg.dedup.bands), dedup.join_partitions(nodes)
+    print(f"stages: dedup forced to {got[0]} LSH partitions and {got[1]} verification groups")
+
+
 def bare_tokenize(texts, tok, batch_size: int) -> None:
     for i in range(0, len(texts), batch_size):
         tok.encode_batch(texts[i:i + batch_size], add_special_tokens=False)
@@ -434,6 +449,9 @@ def main() -> int:
     ap.add_argument("--clock", choices=CLOCKS, default="cpu",
                     help="cpu (process CPU time, default) or wall; the table shows the other's ratio too")
     ap.add_argument("--vocab-size", type=int, default=4096, help="of the byte-level BPE trained for tokenize")
+    ap.add_argument("--dedup-groups", type=int, default=0, metavar="K",
+                    help="size dedup's LSH partitions and verification groups so that these documents "
+                         "make K of each: a big job's path (joins, components rounds) on this corpus")
     args = ap.parse_args()
     wanted = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(STAGES))
@@ -464,6 +482,8 @@ def main() -> int:
     print(f"stages: Beam {beam.__version__} {' '.join(BEAM_ARGS)}; best of {args.repeat}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs at start")
 
+    if args.dedup_groups:
+        force_dedup_groups(len(inp.redacted), cfg, args.dedup_groups)
     tmp = tempfile.TemporaryDirectory(prefix="tokenmill-stages-")
     cases = make_cases(inp, cfg, model, tok, tok_json, wanted)
     for case in cases:
