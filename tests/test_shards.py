@@ -115,7 +115,11 @@ def test_user_tokenizer_and_bad_tokenizer_paths(tmp_path, capsys):
     tok.save(str(tmp_path / "tok.json"))
     assert tokenizer_info(read_tokenizer_json(str(tmp_path / "tok.json")))["eos_id"] == 0
     (tmp_path / "junk.json").write_text('{"not": "a tokenizer"}')
-    for bad, needle in [(tmp_path / "missing.json", "cannot read"), (tmp_path / "junk.json", "not a Hugging Face")]:
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(tmp_path / "no_eos.json"))
+    for bad, needle in [(tmp_path / "missing.json", "cannot read"), (tmp_path / "junk.json", "not a Hugging Face"),
+                        (tmp_path / "no_eos.json", "no EOS token")]:
         rc, rows, _ = run_prepare(tmp_path / "o", [], sets=[f"tokenize.tokenizer={bad}"])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and rows == [] and needle in err and "\n" not in err

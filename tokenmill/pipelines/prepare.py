@@ -66,7 +66,7 @@ def check_job(cfg: JobConfig) -> list[InputFile]:
     if cfg.language.enabled:
         resolve_model_path(cfg.language)
     if cfg.tokenize.enabled and cfg.tokenize.tokenizer:
-        tokenize.tokenizer_info(tokenize.read_tokenizer_json(cfg.tokenize.tokenizer), cfg.tokenize.eos_token)
+        tokenize.check_tokenizer(cfg.tokenize.tokenizer, cfg.tokenize.eos_token)
     if cfg.shards.enabled and not cfg.tokenize.enabled:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
     return files
@@ -163,9 +163,10 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
     if t.tokenizer:
         # The launcher copies it to OUT and a worker reads it back from there: a JSON given to
         # Create would be pickled and bz2-compressed into the graph (200 ms for a 32k vocab).
-        shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer).encode("utf-8"))
+        # check_job has parsed it already.
+        shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer, check=False).encode("utf-8"))
         tok_json = p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
-            tokenize.read_tokenizer_json)
+            tokenize.read_tokenizer_json, check=False)
     else:
         tok_json = (docs
                     | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_max_chars, t.vocab_size,
