@@ -284,11 +284,12 @@ def bare_dedup_job(docs, cfg: JobConfig) -> None:
                 d["dropped_by"] = "dedup:near_duplicate"
 
 
-def force_dedup_groups(nodes: int, cfg: JobConfig, k: int) -> None:
-    """Make ``nodes`` documents take dedup's big-job path: K LSH partitions and K verification
-    groups instead of the one-partition shortcut a corpus this small takes."""
+def force_dedup_groups(docs: list[dict], cfg: JobConfig, k: int) -> None:
+    """Make ``docs`` take dedup's big-job path: K LSH partitions and K verification groups
+    instead of the one-partition shortcut a corpus this small takes."""
     from tokenmill.transforms import dedup
 
+    nodes = sum(bool(dedup._WORD.search(d.get("text") or "")) for d in docs)  # those with a signature
     dedup._PARTITION_RECORDS = -(-nodes * cfg.dedup.bands // k)
     dedup._JOIN_NODES = -(-nodes // k)
     got = dedup.lsh_partitions(nodes, cfg.dedup.bands), dedup.join_partitions(nodes)
@@ -483,7 +484,7 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs at start")
 
     if args.dedup_groups:
-        force_dedup_groups(len(inp.redacted), cfg, args.dedup_groups)
+        force_dedup_groups(inp.redacted, cfg, args.dedup_groups)
     tmp = tempfile.TemporaryDirectory(prefix="tokenmill-stages-")
     cases = make_cases(inp, cfg, model, tok, tok_json, wanted)
     for case in cases:

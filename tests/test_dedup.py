@@ -162,6 +162,29 @@ def test_exact_reps():
     assert exact_reps([]) == []
 
 
+def test_copies_do_not_count_towards_a_bucket(tmp_path, monkeypatch):
+    """Copies of one text that meet only in LSH (different batches) link to their smallest node
+    and leave the all-pairs-or-star choice to the distinct texts: with 15 copies of b in
+    batches of one, d must still be found a near duplicate of b, as when they share a batch."""
+    import tokenmill.transforms.dedup as dedup_mod
+
+    ha, hb = exact_hash("a"), exact_hash("b")
+    keys = [b"1" + ha, b"2" + hb, b"3" + hb, b"4" + ha, b"4" + ha]  # the last: one record read twice
+    blob = (b"B", np.zeros(5, np.uint64).tobytes(), np.arange(5, dtype=np.uint32).tobytes(),
+            *dedup_mod._pack_keys(keys))
+    edges, big = bucket_edges([blob], 2)  # 2 distinct texts: all pairs, no star
+    assert big == 0 and sorted(edges) == [(keys[0], keys[1]), (keys[0], keys[3]), (keys[1], keys[2])]
+
+    monkeypatch.setattr(dedup_mod, "_BATCH_NODES", 1)  # stands for copies far apart in a corpus
+    docs = [_doc("a", "apple cloud kite"), _doc("d", "cloud kite lemon")]
+    docs += [_doc(f"b{i:02}", "cloud drum kite") for i in range(15)]
+    cfg = DedupConfig(ngram=1, bands=2, rows=3, verify_threshold=0.8, survivor="first_id")
+    out, _ = run_dedup(docs, cfg, tmp_path)
+    assert out["d"]["dropped_by"] == "dedup:near_duplicate" and out["d"]["dup_cluster"] == "b00"
+    assert _kept(out["b00"]) and _kept(out["a"]) and out["a"]["dup_cluster"] is None
+    assert all(out[f"b{i:02}"]["dropped_by"] == "dedup:exact_duplicate" for i in range(1, 15))
+
+
 def test_band_hashes():
     h = MinHasher(14 * 8)
     s1 = h.signature(["a b c"])

@@ -1,15 +1,17 @@
 """Exact and near-duplicate removal that runs entirely inside Beam (issue #4).
 
 Stages, each a distributed Beam step (no step gathers all signatures or all edges on one key,
-but for a job small enough for one LSH partition, ~17 MB of signatures):
+but for a job small enough for one LSH partition: 2^19 / bands signatures at most, ~17 MB at
+the default 14 x 8):
 
 1. Exact: every active document is keyed by ``h`` = xxh3-128 of its lower-cased,
    whitespace-collapsed text, and becomes a node of the near-duplicate graph under its *node
-   key* (below). Copies of one text share a signature, so LSH puts them in one component
-   (copies that meet in one batch are merged first, keeping the smallest key); the final join
-   by ``h`` finds each group's representative (its smallest node key) and tells the exact
-   copies from the near ones. No shuffle by ``h`` before LSH.
-   A text copied a million times enters LSH once per batch it appears in: a big bucket (below).
+   key* (below). Copies of one text share a signature, so LSH puts them in one component:
+   copies that meet in one batch are merged first (the smallest key stays), the others link
+   to their smallest node in every bucket and do not count towards its all-pairs limit, so
+   verdicts do not depend on where batches are cut. The final join by ``h`` finds each
+   group's representative (its smallest node key) and tells the exact copies from the near
+   ones. No shuffle by ``h`` before LSH.
 2. MinHash (datasketch's affine32 scheme, bit for bit, with xxh32 instead of sha1) over word
    n-grams of the normalised text (lower-cased, ``\\w+`` tokens, digits folded to 0).
 3. LSH, on packed blocks rather than one Beam element per (band, node): batches of 8,192
@@ -23,12 +25,13 @@ but for a job small enough for one LSH partition, ~17 MB of signatures):
    (carried in the band blobs they would travel up to 14 times). Each join-2 group hands its
    kept edges on as a star forest (node -> its component's minimum within the group), so a
    job with one group arrives at step 4 converged. A job whose LSH has one partition (up to
-   ~37,000 nodes) needs no join: the band blobs' group gets the batches' signatures beside the
-   band keys, verifies, and labels the nodes itself. Limits: a partition's group is sorted in
-   memory by one worker, so one bucket of millions of nodes (near-identical boilerplate pages)
-   needs ~100 B per member there; and as partitions grow with the corpus while a batch stays
-   8,192 nodes, a band blob holds ~4e9 / nodes keys (430 at 1e7 nodes, a handful at 1e9:
-   back to about one element per key, as an element-per-bucket design has throughout).
+   2^19 / bands nodes, ~37,000 at the default 14 bands) needs no join: the band blobs' group
+   gets the batches' signatures beside the band keys, verifies, and labels the nodes itself.
+   Limits: a partition's group is sorted in memory by one worker, so one bucket of millions
+   of nodes (near-identical boilerplate pages, or one text copied that often) needs ~100 B per
+   member there; and as partitions grow with the corpus while a batch stays 8,192 nodes, a
+   band blob holds ~4e9 / nodes keys (430 at 1e7 nodes, a handful at 1e9: back to about one
+   element per key, as an element-per-bucket design has throughout).
 4. Connected components: alternating large-star / small-star (Kiveris et al., "Connected
    Components in MapReduce and Beyond", 2014), ``max_rounds`` rounds unrolled in the graph;
    then a local check labels every node with the smallest node of its neighbourhood and
@@ -285,7 +288,7 @@ def _runs(sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def band_blobs(
     keys: list[bytes], sigs: list[bytes], bands: int, rows: int, partitions: int
-) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes]]]:
+) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes, bytes]]]:
     """A batch of nodes -> one blob per LSH partition that any of their band keys falls in.
 
     A blob is (BAND_BLOB, band keys uint64, node index per band key uint32, the nodes' keys
@@ -318,8 +321,8 @@ def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[list[tuple
     a < b, big buckets).
 
     A bucket (equal band key) of more than one node gives candidates: all pairs when it has at
-    most ``all_pairs_max`` nodes, else a star to its smallest node. A pair found in several
-    bands is listed once.
+    most ``all_pairs_max`` distinct texts, else a star to its smallest node; copies of a text
+    link to its smallest node. A pair found in several bands is listed once.
     """
     hashes, nodes, keys = [], [], []
     for blob in blobs:
@@ -339,17 +342,30 @@ def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[list[tuple
     big = 0
     for s, ln in zip(starts[lengths > 1].tolist(), lengths[lengths > 1].tolist()):
         # A node has one key per band and the band index is in the key, so a bucket's nodes
-        # differ, unless two of one node's keys collide in 64 bits: set() drops that self-pair.
-        members = sorted(set(node[order[s : s + ln]].tolist()), key=keys.__getitem__)
-        ln = len(members)
+        # differ, unless two of one node's keys collide in 64 bits, or one record was read twice
+        # (two batches, one key): one member per key.
+        members = sorted({keys[i]: i for i in node[order[s : s + ln]].tolist()}.values(), key=keys.__getitem__)
+        # Copies of one text (same h, from different batches) attach to their smallest node and
+        # do not count: all pairs or a star is decided over distinct texts, as if the copies
+        # had met in one batch, so a verdict does not depend on where batches are cut.
+        first: dict[bytes, int] = {}
+        reps = []
+        for m in members:
+            r = first.setdefault(node_hash(keys[m]), m)
+            if r == m:
+                reps.append(m)
+            else:
+                pairs.add((r, m))
+        ln = len(reps)
         if ln < 2:
             continue
         if ln <= all_pairs_max:
-            pairs.update((a, b) for i, a in enumerate(members) for b in members[i + 1 :])
+            pairs.update((a, b) for i, a in enumerate(reps) for b in reps[i + 1 :])
         else:
             big += 1
-            pairs.update((members[0], b) for b in members[1:])
-    return [(keys[a], keys[b]) for a, b in sorted(pairs)], big
+            pairs.update((reps[0], b) for b in reps[1:])
+    # By key, not index: a record read twice is two indices with one key.
+    return sorted({(keys[a], keys[b]) for a, b in pairs}), big
 
 
 # Blobs are tagged by their first field: band keys (LSH), and the verification's signatures
