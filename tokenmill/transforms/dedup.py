@@ -970,12 +970,12 @@ class _VerifyEdges(_EdgeSink):
 
 def _label_for_join(kv):
     node, label = kv
-    return node_hash(node), (2, (node, label))
+    return node_hash(node), (2, label)
 
 
 class _Assign(beam.DoFn):
     """Per exact group h: the documents (tag 0) and, when the group is in a near-duplicate
-    component, (node, component label) messages (tag 2). Every node of the group that took
+    component, its nodes' component labels (tag 2). Every node of the group that took
     part in LSH is in one component (copies share a signature), so any message's label is the
     group's. The group's representative, its smallest node key, is found here."""
 
@@ -996,7 +996,7 @@ class _Assign(beam.DoFn):
                 count += 1
                 first = first or v
             else:
-                label = v[1]
+                label = v
         if count == 1 and label is None:
             yield unpack(first)
             return
@@ -1044,7 +1044,7 @@ class Dedup(beam.PTransform):
             .with_output_types(tuple[bytes, tuple[int, Any]])
             .with_outputs(_Prepare.NODE, main="docs")
         )
-        labels = []  # (h, (2, (node, label))) for the join
+        labels = []  # (h, (2, label)) for the join
         if cfg.near:
             sigs = prepared[_Prepare.NODE]
             count = (
