@@ -164,9 +164,9 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
         # The launcher copies it to OUT and a worker reads it back from there: a JSON given to
         # Create would be pickled and bz2-compressed into the graph (200 ms for a 32k vocab).
         # check_job has parsed it already.
-        shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer, check=False).encode("utf-8"))
+        shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer).encode("utf-8"))
         tok_json = p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
-            tokenize.read_tokenizer_json, check=False)
+            tokenize.read_tokenizer_json)
     else:
         tok_json = (docs
                     | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_max_chars, t.vocab_size,

@@ -69,9 +69,9 @@ def tokenizer_from_json(text: str, where: str = "tokenizer"):
         raise UserError(f"{where}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0][:200]})") from None
 
 
-def read_tokenizer_json(path: str, check: bool = True) -> str:
-    """The JSON text of the user's tokenizer, checked to load (``check=False``: a file already
-    checked, as parsing a 128k-vocab tokenizer takes ~0.5 s); one clear error line otherwise."""
+def read_tokenizer_json(path: str) -> str:
+    """The JSON text of the user's tokenizer, not parsed (``check_tokenizer`` does that once per
+    job: parsing a 128k-vocab tokenizer takes ~0.5 s); one clear error line if unreadable."""
     from apache_beam.io.filesystems import FileSystems
 
     try:
@@ -79,15 +79,13 @@ def read_tokenizer_json(path: str, check: bool = True) -> str:
             text = fh.read().decode("utf-8")
     except Exception:
         raise UserError(f"tokenize.tokenizer: cannot read {path} (no such file?)") from None
-    if check:
-        tokenizer_from_json(text, f"tokenize.tokenizer {path}")
     return text
 
 
 def check_tokenizer(path: str, eos_token: str | None) -> None:
     """The user's tokenizer loads and has what the shards need (an EOS token, ids that fit
     uint32): parsed once."""
-    text = read_tokenizer_json(path, check=False)
+    text = read_tokenizer_json(path)
     tokenizer_info(text, eos_token, tokenizer_from_json(text, f"tokenize.tokenizer {path}"))
 
 
