@@ -167,7 +167,7 @@ def _warc(path, records):
             w.write_record(w.create_warc_record(uri, "request", payload=io.BytesIO(b"GET / HTTP/1.1\r\n\r\n")))
 
 
-def test_warc_reads_html_and_text_responses_only(tmp_path):
+def test_warc_reads_html_and_text_responses_and_rows_the_rest(tmp_path):
     path = tmp_path / "c.warc.gz"
     _warc(path, [
         ("http://a/", "text/html; charset=windows-1252", "200 OK", b"<p>caf\xe9</p>"),
@@ -177,9 +177,10 @@ def test_warc_reads_html_and_text_responses_only(tmp_path):
     ])
     docs = read_all(path)
     assert [(d["url"], d["dropped_by"]) for d in docs] == [
-        ("http://a/", None), ("http://c/t", None), ("http://d/", "read:http_404")]
+        ("http://a/", None), ("http://b/i.png", "read:unsupported_media_type"), ("http://c/t", None),
+        ("http://d/", "read:http_404")]
     assert docs[0]["html"] == b"<p>caf\xe9</p>" and docs[0]["encoding"] == "windows-1252"
-    assert docs[0]["id"].startswith("urn:uuid:") and docs[1]["text"] == "plain words"
+    assert docs[0]["id"].startswith("urn:uuid:") and docs[2]["text"] == "plain words"
 
 
 def _gzip_member_ends(data: bytes) -> list[int]:

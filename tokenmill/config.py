@@ -32,6 +32,11 @@ class ReadConfig(Section):
     # Splittable inputs (uncompressed JSONL, Parquet) are cut into units of about this size,
     # so one big file is read by many workers.
     split_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # A compressed input (gzip, zstd) may inflate to at most max(max_inflated_bytes,
+    # max_inflate_ratio x its compressed size); past it the rest of the file is one row,
+    # read:inflate_limit. Real text inflates 3-10x; a small gzip of newlines 1000x.
+    max_inflated_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    max_inflate_ratio: float = Field(default=100.0, gt=1)
     # WARC/ARC: only response/resource/conversion records of these media types are read.
     warc_content_types: list[str] = ["text/html", "application/xhtml+xml", "text/plain"]
 
@@ -271,8 +276,12 @@ def parse_set(item: str) -> tuple[list[str], Any]:
         raise UserError(f"--set {item!r}: empty key")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    except yaml.YAMLError as e:
+        # A broken list or mapping ("[en") taken as a string would be validated as something
+        # the user did not mean; a string that YAML cannot read can be quoted.
+        problem = getattr(e, "problem", None) or "cannot be parsed"
+        raise UserError(f"--set {item!r}: the value is not valid YAML ({problem}); "
+                        f"quote it to pass a string: {key}='...'") from None
     return path, value
 
 

@@ -1,5 +1,6 @@
-"""``tokenmill inspect OUT``: verify every checksum and count against the manifest, show the
-splits and shards, and decode the first documents so a person sees what the trainer will read."""
+"""``tokenmill inspect OUT``: verify every checksum and count against the manifest, the
+manifest's vocab_size against the tokenizer and every token id against it, show the splits and
+shards, and decode the first documents so a person sees what the trainer will read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 from rich.console import Console
 from rich.table import Table
 
+from tokenmill.trainer.data import check_vocab
 from tokenmill.transforms.shards import load_manifest, verify_output
 from tokenmill.transforms.tokenize import tokenizer_from_json
 
@@ -25,10 +27,36 @@ def first_docs(path: str, n: int) -> list[tuple[str, list[int]]]:
         return out
 
 
+def max_token_id(path: str) -> int | None:
+    """The largest token id in a shard; None when it holds no tokens."""
+    import pyarrow.compute as pc
+
+    opener = FileSystems.open if "://" in path else pa.memory_map
+    with opener(path) as source:
+        reader = pa.ipc.open_file(source)
+        tops = [pc.max(reader.get_batch(i).column("tokens").values).as_py() for i in range(reader.num_record_batches)]
+    return max((t for t in tops if t is not None), default=None)
+
+
+def id_problems(out: str, manifest: dict) -> list[str]:
+    """Shards holding ids the model would have no embedding for (the trainer's own check,
+    applied to every token instead of the windows one run reads)."""
+    vocab, problems = manifest["tokenizer"]["vocab_size"], []
+    for info in manifest["splits"].values():
+        for s in info["shards"]:
+            path = FileSystems.join(out, s["file"])
+            top = max_token_id(path)
+            if top is not None and top >= vocab:
+                problems.append(f"{path}: token id {top} is >= the manifest's vocab_size {vocab}")
+    return problems
+
+
 def inspect_output(out: str, n_docs: int = 3, console: Console | None = None) -> int:
     console = console or Console()
     manifest = load_manifest(out)
-    problems = verify_output(out, manifest)
+    check_vocab(out, manifest)  # the manifest itself is wrong: one line, nothing else to show
+    # Ids only in shards that match their checksums: a corrupt file is not parsed.
+    problems = verify_output(out, manifest) or id_problems(out, manifest)
     tok = manifest["tokenizer"]
     console.print(f"[bold]{out}[/]: tokenmill {manifest.get('tokenmill_version')}, format {manifest['format_version']}, "
                   f"tokens {manifest['token_dtype']}, tokenizer {tok.get('model')} vocab {tok['vocab_size']:,} "

@@ -7,27 +7,30 @@ DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
+import contextlib
+import errno
+import io
+import re
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import create_runner
 
 from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
+from tokenmill.pipelines import output
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, tokenize
 from tokenmill.transforms.dedup import Dedup, cluster_stats
 from tokenmill.transforms.extract import ExtractFn
-from tokenmill.transforms.langid import LanguageFn, resolve_model_path
+from tokenmill.transforms.langid import LanguageFn, check_languages
 from tokenmill.transforms.normalize import NormalizeFn
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
-from tokenmill.transforms.readers import InputFile, plan_task, read_task, resolve_inputs, write_input_list
+from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
 from tokenmill.transforms.report import MergeReportsFn, ReportFn, write_report
 from tokenmill.transforms.stage import count
 
@@ -51,30 +54,25 @@ class ReadFn(beam.DoFn):
             yield d
 
 
-def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
-
-
-def check_job(cfg: JobConfig) -> list[InputFile]:
+def check_job(cfg: JobConfig) -> InputScan:
     """Everything a user can get wrong, checked before the pipeline is built (one clear line each)."""
-    files = resolve_inputs(cfg.inputs)
-    # An output folder inside an input folder must not be read back as input.
-    out = _absolute(cfg.output).rstrip("/") + "/"
-    files = [f for f in files if not _absolute(f.path).startswith(out)]
-    if not files:
+    # The output folder is never read back as input, even where a symlink in an input reaches it.
+    scan = scan_inputs(cfg.inputs, exclude=[cfg.output])
+    if not scan.files:
         raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
     if cfg.language.enabled:
-        resolve_model_path(cfg.language)
+        check_languages(cfg.language)
     if cfg.tokenize.enabled and cfg.tokenize.tokenizer:
         tokenize.check_tokenizer(cfg.tokenize.tokenizer, cfg.tokenize.eos_token)
     if cfg.shards.enabled and not cfg.tokenize.enabled:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
-    return files
+    return scan
 
 
-def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
-    out = cfg.output
-    tasks = write_input_list(files, FileSystems.join(out, INPUT_LIST), cfg.read)
+def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = None) -> None:
+    """The job's graph, writing under ``out`` (default: the configured output folder)."""
+    out = out or cfg.output
+    tasks = write_input_list(scan.files, FileSystems.join(out, INPUT_LIST), cfg.read)
     docs = (
         p
         | "Inputs" >> beam.Create(tasks)
@@ -114,7 +112,7 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
         branches.append(("duplicates", duplicates))
         stages.append("dedup")
     if cfg.tokenize.enabled:
-        live = tokenize_and_shard(p, live, cfg)
+        live = tokenize_and_shard(p, live, cfg, out)
         stages.append("tokenize")
         extra_fields.append(pa.field("n_tokens", pa.int32()))
     branches.append(("kept", live))
@@ -135,7 +133,8 @@ def build(p: beam.Pipeline, cfg: JobConfig, files: list[InputFile]) -> None:
         if cfg.report.enabled:
             partials.append(branch | f"Count{title}" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason)))
     if cfg.report.enabled:
-        extra = {"tokenmill_version": __version__, "config": cfg.model_dump(mode="json")}
+        extra = {"tokenmill_version": __version__, "config": cfg.model_dump(mode="json"),
+                 "inputs_skipped": dict(sorted(scan.skipped.items()))}
         if dedup_stats is None:
             dedup_stats = p | "NoDedupStats" >> beam.Create([None])
         _ = (
@@ -154,11 +153,11 @@ def quality_fields() -> list[pa.Field]:
         pa.field("quality_score", pa.float32())]
 
 
-def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
+def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig, out: str):
     """Tokenize survivors (with the user's tokenizer or one trained on a sample of them), write
     OUT/tokenizer.json, the shards and the manifest. ``docs`` holds survivors only; returns
     them with their tokens."""
-    t, out = cfg.tokenize, cfg.output
+    t = cfg.tokenize
     tok_path = FileSystems.join(out, "tokenizer.json")
     if t.tokenizer:
         # The launcher copies it to OUT and a worker reads it back from there: a JSON given to
@@ -190,24 +189,9 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig):
     return docs
 
 
-def clear_previous_output(out: str, keep: str | None = None) -> None:
-    """Remove what an earlier run wrote under OUT (only tokenmill's own files), so no stale shard
-    of a run with a different shard count is mistaken for part of this one."""
-    for pattern in ("manifest.json", INPUT_LIST, "tokenizer.json", "shards/*.arrow", "shards/*.arrow.tmp-*",
-                    "docs/*.parquet", "docs/beam-temp-*/*", "report/report.json", "report/samples/*.jsonl"):
-        matched = FileSystems.match([FileSystems.join(out, pattern)])[0].metadata_list
-        # ``keep``: the tokenizer this job reads, when it is the one an earlier run left in OUT.
-        paths = [m.path for m in matched if not keep or _absolute(m.path) != _absolute(keep)]
-        if paths:
-            FileSystems.delete(paths)
-    if "://" not in out:  # local folders left by a crashed write; object stores have no folders
-        for d in glob.glob(os.path.join(out, "docs", "beam-temp-*")):
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def run(cfg: JobConfig, beam_args: list[str]) -> str:
-    """Run the job; returns the path of report.json."""
-    files = check_job(cfg)
+def beam_options(beam_args: list[str]) -> PipelineOptions:
+    """Beam's options, checked now: a bad flag value or an unknown runner is one line, not
+    Beam's usage text or a traceback from deep inside the pipeline."""
     if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
         # Beam's DirectRunner first tries Prism, a binary it downloads at run time; the FnApiRunner
         # it falls back to is the same in-process engine (honouring --direct_running_mode and
@@ -215,7 +199,51 @@ def run(cfg: JobConfig, beam_args: list[str]) -> str:
         # the fastest local mode here.
         beam_args = [*beam_args, "--runner=FnApiRunner"]
     options = PipelineOptions(beam_args)
-    clear_previous_output(cfg.output, keep=cfg.tokenize.tokenizer)
-    with beam.Pipeline(options=options) as p:
-        build(p, cfg, files)
+    usage = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(usage):  # argparse prints its usage, then exits
+            options.get_all_options(retain_unknown_options=True)
+    except SystemExit:
+        said = [ln for ln in usage.getvalue().splitlines() if ": error: " in ln]
+        raise UserError("Beam option: " + (said[-1].split(": error: ", 1)[1] if said else " ".join(beam_args))) from None
+    runner = options.view_as(StandardOptions).runner
+    try:
+        create_runner(runner)
+    except (ValueError, ImportError) as e:
+        raise UserError(f"--runner={runner}: {str(e).splitlines()[0]}") from None
+    return options
+
+
+def _failure(e: BaseException, out: str) -> UserError:
+    """One line for a pipeline that failed on a worker: disk full, or the step and its error."""
+    text = f"{type(e).__name__}: {e}"
+    chain, cause = [e], e
+    while (cause := cause.__cause__ or cause.__context__) is not None and len(chain) < 20:
+        chain.append(cause)
+    if any(isinstance(c, OSError) and c.errno == errno.ENOSPC for c in chain) or "No space left on device" in text:
+        return UserError(f"disk full while writing {out}; the previous output is untouched")
+    step = re.findall(r"\[while running '([^']+)'\]", text)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    last = lines[-1] if lines else type(e).__name__
+    where = f" in step {step[-1].split('/')[0]!r}" if step else ""
+    return UserError(f"the pipeline failed{where}: {last[:500]}; the previous output in {out} is untouched")
+
+
+def run(cfg: JobConfig, beam_args: list[str]) -> str:
+    """Run the job into a stage folder and publish it when it succeeds; returns report.json's path."""
+    scan = check_job(cfg)
+    options = beam_options(beam_args)
+    with output.locked(cfg.output):
+        output.remove_leftovers(cfg.output)
+        stage = output.new_stage(cfg.output)
+        try:
+            with beam.Pipeline(options=options) as p:
+                build(p, cfg, scan, stage)
+        except (UserError, KeyboardInterrupt):
+            output.discard(stage)
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever a worker raised becomes one line
+            output.discard(stage)
+            raise _failure(e, cfg.output) from None
+        output.publish(stage, cfg.output)
     return FileSystems.join(cfg.output, "report", "report.json")

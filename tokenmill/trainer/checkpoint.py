@@ -4,10 +4,10 @@
     RUN/checkpoints/best/            same layout, model only, lowest validation loss so far
 
 A save goes to ``.tmp-<name>/``; after every rank has written, rank 0 writes trainer.json (a
-few integers: step, samples consumed, ...) and the COMPLETE marker, fsyncs, and renames the
-folder into place. A kill at any moment leaves either the old checkpoint or the new one,
-never a half-written folder under a real name; leftovers are swept at the next start. DCP
-reshards on load, so a run may resume on a different number of ranks.
+few integers: step, samples consumed, ...; and the tokenizer's sha256) and the COMPLETE marker,
+fsyncs, and renames the folder into place. A kill at any moment leaves either the old
+checkpoint or the new one, never a half-written folder under a real name; leftovers are swept
+at the next start. DCP reshards on load, so a run may resume on a different number of ranks.
 """
 
 from __future__ import annotations
@@ -130,6 +130,11 @@ def load(path: str, model, optim) -> dict:
                         f"(changed model.* settings? use a new --run): {first}") from None
     set_model_state_dict(model, sd["model"])
     set_optimizer_state_dict(model, optim, sd["optim"])
+    return read_state(path)
+
+
+def read_state(path: str) -> dict:
+    """trainer.json of a checkpoint: step, samples consumed, tokenizer_sha256, ..."""
     with open(os.path.join(path, STATE), encoding="utf-8") as fh:
         return json.load(fh)
 

@@ -59,6 +59,33 @@ def open_output(out: str, verify_checksums: bool = True) -> dict:
     return manifest
 
 
+def check_vocab(out: str, manifest: dict) -> None:
+    """The manifest's vocab_size is the tokenizer's: the model gets that many embedding rows, so
+    a smaller figure ends in an IndexError and a larger one in a model the tokenizer cannot use.
+    Skipped where verify_output already has a word to say (tokenizer missing or not the one
+    hashed in the manifest) and for a file that is no tokenizers JSON (test stand-ins)."""
+    import hashlib
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from tokenmill.transforms.tokenize import tokenizer_from_json
+
+    tok = manifest.get("tokenizer", {})
+    path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
+    try:
+        with FileSystems.open(path) as fh:
+            raw = fh.read()
+        if hashlib.sha256(raw).hexdigest() != tok.get("sha256"):
+            return
+        vocab = tokenizer_from_json(raw.decode("utf-8")).get_vocab_size(with_added_tokens=True)
+    except (OSError, UnicodeDecodeError, UserError):
+        return
+    if vocab != tok.get("vocab_size"):
+        raise UserError(f"{FileSystems.join(out, 'manifest.json')} says vocab_size {tok.get('vocab_size')} but "
+                        f"{path} has {vocab} tokens: the manifest was edited or belongs to another tokenizer; "
+                        f"re-run `tokenmill prepare`")
+
+
 def check_compatible(manifests: list[dict], paths: list[str]) -> dict:
     """All sources of a mixture must share one tokenizer; returns its manifest entry."""
     tok = manifests[0]["tokenizer"]
@@ -81,6 +108,9 @@ class TokenStream:
     _pid: int = -1
     _segments: list[np.ndarray] = field(default_factory=list)
     _starts: list[int] = field(default_factory=list)  # global offset of each segment
+    _seg_file: list[int] = field(default_factory=list)  # index in files of each segment's shard
+    _maps: list = field(default_factory=list)  # the open pa.MemoryMappedFile of each shard
+    _sizes: list[int] = field(default_factory=list)  # each shard's size when mapped
     _n: int = 0
 
     def __getstate__(self):  # DataLoader workers (fork or spawn) reopen the maps themselves
@@ -92,9 +122,11 @@ class TokenStream:
     def _open(self) -> None:
         if self._pid == os.getpid():
             return
-        segments, starts, n = [], [], 0
-        for path in self.files:
+        segments, starts, seg_file, maps, sizes, n = [], [], [], [], [], 0
+        for f, path in enumerate(self.files):
             source = pa.memory_map(path, "r")
+            maps.append(source)
+            sizes.append(os.fstat(source.fileno()).st_size)
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 tokens = reader.get_batch(i).column("tokens")
@@ -103,19 +135,43 @@ class TokenStream:
                     continue
                 segments.append(values)
                 starts.append(n)
+                seg_file.append(f)
                 n += len(values)
-        self._segments, self._starts, self._n, self._pid = segments, starts, n, os.getpid()
+        self._segments, self._starts, self._seg_file, self._n = segments, starts, seg_file, n
+        self._maps, self._sizes, self._pid = maps, sizes, os.getpid()
 
     def __len__(self) -> int:
         self._open()
         return self._n
 
+    def check_file(self, f: int) -> None:
+        """Touching a mapped page past the end of a shard truncated in place is a SIGBUS that
+        kills the process without a word; fstat on the mapped file first turns it into one line."""
+        size = os.fstat(self._maps[f].fileno()).st_size
+        if size < self._sizes[f]:
+            raise UserError(f"{self.files[f]} shrank from {self._sizes[f]} to {size} bytes while training read it "
+                            "(truncated or rewritten in place?): restore it (`tokenmill inspect` checks it) and "
+                            "rerun the same command to resume from the last checkpoint")
+
+    def check_files(self) -> None:
+        self._open()
+        for f in range(len(self.files)):
+            self.check_file(f)
+
+    def file_at(self, pos: int) -> str:
+        """The shard that holds token ``pos`` of the stream."""
+        self._open()
+        return self.files[self._seg_file[bisect.bisect_right(self._starts, pos) - 1]]
+
     def read(self, start: int, out: np.ndarray) -> None:
         """Copy tokens ``[start, start + len(out))`` into ``out`` (any integer dtype)."""
         self._open()
         i = bisect.bisect_right(self._starts, start) - 1
-        off, done, want = start - self._starts[i], 0, len(out)
+        off, done, want, checked = start - self._starts[i], 0, len(out), -1
         while done < want:
+            if self._seg_file[i] != checked:  # once per shard a window touches (usually one)
+                checked = self._seg_file[i]
+                self.check_file(checked)
             seg = self._segments[i]
             take = min(want - done, len(seg) - off)
             out[done:done + take] = seg[off:off + take]
@@ -169,13 +225,15 @@ class PackedWindows:
 
     ``__getitems__`` (what DataLoader calls with a micro-batch of indices) returns the batch
     as tensors: ``tokens`` [B, T+1] int64 and, with ``doc_mask``, ``positions`` and ``doc_ids``
-    [B, T] for per-document attention and RoPE positions that restart at each document.
+    [B, T] for per-document attention and RoPE positions that restart at each document. A
+    UserError (a shard that shrank, a token id >= ``vocab_size``) comes back as ``{"error":
+    line}``: raised in a DataLoader worker, it would reach the loop as a traceback's text.
     """
 
     def __init__(self, streams: list[TokenStream], seq_len: int, seed: int, weights: list[float] | None = None,
-                 doc_mask: bool = False):
+                 doc_mask: bool = False, vocab_size: int | None = None):
         self.streams, self.seq_len, self.seed, self.doc_mask = streams, seq_len, seed, doc_mask
-        self.eos_id = streams[0].eos_id
+        self.eos_id, self.vocab_size = streams[0].eos_id, vocab_size
         self.windows = [n_windows(len(s), seq_len) for s in streams]
         weights = list(weights) if weights else [1.0] * len(streams)
         self.weights = [w if n else 0.0 for w, n in zip(weights, self.windows)]
@@ -196,22 +254,56 @@ class PackedWindows:
             cached = self._perms[k] = (epoch, epoch_permutation(self.seed, k, epoch, self.windows[k]))
         return k, epoch, int(cached[1][pos])
 
-    def __getitems__(self, indices: list[int]) -> dict:
-        import torch
-
+    def batch(self, indices: list[int]) -> dict:
         T = self.seq_len
         out = np.empty((len(indices), T + 1), dtype=np.int64)
+        where = []
         for row, g in enumerate(indices):
             k, _, w = self.locate(g)
             self.streams[k].read(w * T, out[row])
-        batch = {"tokens": torch.from_numpy(out)}
-        if self.doc_mask:
-            positions, doc_ids = document_positions(out[:, :-1], self.eos_id)
-            batch["positions"], batch["doc_ids"] = torch.from_numpy(positions), torch.from_numpy(doc_ids)
-        return batch
+            where.append((self.streams[k], w * T))
+        check_ids(out, where, self.vocab_size)
+        return as_batch(out, self.eos_id, self.doc_mask)
+
+    def __getitems__(self, indices: list[int]) -> dict:
+        try:
+            return self.batch(indices)
+        except UserError as e:
+            return {"error": str(e)}
 
     def __getitem__(self, g: int) -> dict:
-        return {k: v[0] for k, v in self.__getitems__([g]).items()}
+        return {k: v[0] for k, v in self.batch([g]).items()}
+
+    def filler(self, n: int) -> dict:
+        """A batch of ``n`` all-EOS windows: what a rank whose data failed computes on, to stay in
+        step with the others' collectives until the step's all-reduce stops them all."""
+        return as_batch(np.full((n, self.seq_len + 1), self.eos_id, dtype=np.int64), self.eos_id, self.doc_mask)
+
+    def check_files(self) -> None:
+        for s in self.streams:
+            s.check_files()
+
+
+def check_ids(out: np.ndarray, where: list[tuple[TokenStream, int]], vocab_size: int | None) -> None:
+    """Token ids past the embedding (shards of another tokenizer, an edited manifest) stop here,
+    naming the shard, not as an IndexError (on GPU: a device-side assert) in the model. ``where``:
+    the stream and start offset of each row."""
+    if vocab_size is None or not out.size or out.max() < vocab_size:
+        return
+    row, col = (int(i) for i in np.argwhere(out >= vocab_size)[0])
+    stream, start = where[row]
+    raise UserError(f"{stream.file_at(start + col)}: token id {out[row, col]} is >= the manifest's vocab_size "
+                    f"{vocab_size}: shards and manifest do not belong together; check with `tokenmill inspect`")
+
+
+def as_batch(out: np.ndarray, eos_id: int, doc_mask: bool) -> dict:
+    import torch
+
+    batch = {"tokens": torch.from_numpy(out)}
+    if doc_mask:
+        positions, doc_ids = document_positions(out[:, :-1], eos_id)
+        batch["positions"], batch["doc_ids"] = torch.from_numpy(positions), torch.from_numpy(doc_ids)
+    return batch
 
 
 def document_positions(inputs: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -273,7 +365,7 @@ def val_indices(streams: list[TokenStream], seq_len: int, samples: int) -> list[
 
 
 def val_batches(streams: list[TokenStream], seq_len: int, samples: int, micro_batch: int, rank: int, world: int,
-                doc_mask: bool = False):
+                doc_mask: bool = False, vocab_size: int | None = None):
     """This rank's validation micro-batches as (batch, weight [B]) pairs. Every rank runs the same
     number of forwards (FSDP all-gathers need all ranks); padding rows repeat a window with weight 0."""
     import torch
@@ -283,6 +375,7 @@ def val_batches(streams: list[TokenStream], seq_len: int, samples: int, micro_ba
         return []
     mine = items[rank::world]
     per_rank = -(-len(items) // world)
+    micro_batch = min(micro_batch, per_rank)  # no batch of mostly padding when samples < micro_batch
     n_batches = -(-per_rank // micro_batch)
     weights = [1.0] * len(mine) + [0.0] * (n_batches * micro_batch - len(mine))
     mine = mine + [items[0]] * (len(weights) - len(mine))
@@ -293,9 +386,6 @@ def val_batches(streams: list[TokenStream], seq_len: int, samples: int, micro_ba
         out = np.empty((len(chunk), seq_len + 1), dtype=np.int64)
         for row, (k, w) in enumerate(chunk):
             streams[k].read(w * seq_len, out[row])
-        batch = {"tokens": torch.from_numpy(out)}
-        if doc_mask:
-            positions, doc_ids = document_positions(out[:, :-1], eos)
-            batch["positions"], batch["doc_ids"] = torch.from_numpy(positions), torch.from_numpy(doc_ids)
-        batches.append((batch, torch.tensor(weights[b * micro_batch:(b + 1) * micro_batch])))
+        check_ids(out, [(streams[k], w * seq_len) for k, w in chunk], vocab_size)
+        batches.append((as_batch(out, eos, doc_mask), torch.tensor(weights[b * micro_batch:(b + 1) * micro_batch])))
     return batches

@@ -3,6 +3,7 @@ and the console progress line. Only rank 0 writes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -55,6 +56,24 @@ def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give: MemAvailable, capped by a container's cgroup limit
+    (cgroup v2, then v1); None where neither can be read."""
+    avail = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            avail = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):  # missing, or "max" (no limit)
+            with open(path, encoding="ascii") as fh:
+                limit = int(fh.read())
+            avail = limit if avail is None else min(avail, limit)
+    return avail
 
 
 def truncate_after(path: str, step: int) -> None:

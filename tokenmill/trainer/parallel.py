@@ -174,6 +174,18 @@ def parallelize(make, cfg, d: Dist, precision: str) -> nn.Module:
     return model
 
 
+def raise_if_any(error: str | None, d: Dist) -> None:
+    """Collective: when any rank has an error, every rank raises the first one, so the ranks stop
+    together and rank 0 (the one that prints) says what went wrong, on whichever rank."""
+    errors = [error]
+    if d.world > 1:
+        errors = [None] * d.world
+        dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e), None)
+    if first:
+        raise UserError(first)
+
+
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)

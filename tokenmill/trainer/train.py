@@ -23,7 +23,7 @@ from tokenmill.errors import UserError
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
 from tokenmill.trainer.config import OptimConfig, TrainJobConfig
-from tokenmill.trainer.metrics import Metrics, peak_flops, peak_memory_mb, truncate_after
+from tokenmill.trainer.metrics import Metrics, available_memory, peak_flops, peak_memory_mb, truncate_after
 from tokenmill.trainer.model import ModelArgs, Transformer, count_params, flops_per_token
 from tokenmill.trainer.parallel import (
     Dist,
@@ -31,6 +31,7 @@ from tokenmill.trainer.parallel import (
     close_distributed,
     init_distributed,
     parallelize,
+    raise_if_any,
     wants_fsdp,
 )
 
@@ -83,6 +84,21 @@ def model_args(cfg: TrainJobConfig, vocab_size: int) -> ModelArgs:
                      norm_eps=cfg.model.norm_eps, **dims)
 
 
+def cpu_memory_needed(args: ModelArgs, cfg: TrainJobConfig, precision: str, shards: int) -> tuple[float, float]:
+    """(weights + gradients + AdamW moments, activations + logits) of one rank, in bytes. Fitted
+    on measured peaks (fp32, no checkpointing): each block keeps ~16 d + 4 ffn values per token for
+    backward, the loss ~4 x vocab (logits, log-softmax and their gradients). Attention matrices
+    of data.doc_mask are left out: the figure errs low rather than refuse a run that fits."""
+    n_all, _ = count_params(args)
+    value = 2 if precision in ("bf16", "fp16") else 4
+    block = (16 * args.d_model + 4 * args.ffn_hidden) * value
+    every = cfg.parallel.activation_checkpointing
+    recomputed = -(-args.n_layers // every) if every else 0  # these keep only their input, plus one block's worth
+    per_token = (args.n_layers - recomputed) * block + recomputed * args.d_model * value + (block if every else 0) \
+        + 16 * args.vocab_size
+    return 16 * n_all / shards, per_token * cfg.train.micro_batch * cfg.data.seq_len
+
+
 def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
@@ -127,6 +143,8 @@ def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
     if d.main:
         try:
             manifests = [D.open_output(p, cfg.data.verify_checksums) for p in cfg.data.paths]
+            for p, m in zip(cfg.data.paths, manifests):
+                D.check_vocab(p, m)
         except UserError as e:
             error = str(e)
     box = [manifests, error]
@@ -134,6 +152,61 @@ def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
     if box[1]:
         raise UserError(box[1])
     return box[0]
+
+
+def prepare_run_dir(run: str, d: Dist) -> None:
+    """RUN must be a folder every rank can write to: found now, not at the first checkpoint."""
+    error = None
+    if d.main:
+        try:
+            os.makedirs(run, exist_ok=True)
+        except FileExistsError:
+            error = f"--run {run} exists and is not a folder"
+        except OSError as e:
+            error = f"--run {run}: cannot create the folder ({e.strerror})"
+    raise_if_any(error, d)
+    probe = os.path.join(run, f".write-test-rank{d.rank}")
+    try:  # a real write: os.access says yes to root on a read-only folder
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        error = f"--run {run}: cannot write there ({e.strerror})"
+    raise_if_any(error, d)
+
+
+def check_cpu_memory(args: ModelArgs, cfg: TrainJobConfig, precision: str, d: Dist) -> None:
+    """On CPU a step that does not fit is OOM-killed without a word: refuse it up front. (On a
+    GPU the loop's OutOfMemoryError handler says what to lower.)"""
+    available = available_memory() if d.device.type == "cpu" else None
+    if available is None:
+        return
+    state, act = cpu_memory_needed(args, cfg, precision, d.world if wants_fsdp(d, cfg.parallel.shard_single_rank) else 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # ranks sharing this machine's memory
+    error = None
+    if local * (state + act) > available:
+        gib = 2**30
+        error = (f"training needs about {local * (state + act) / gib:.1f} GiB of memory, {available / gib:.1f} GiB "
+                 f"is available: {local} rank(s) x ({state / gib:.1f} GiB weights, gradients and AdamW state + "
+                 f"{act / gib:.1f} GiB activations for a micro-batch of {cfg.train.micro_batch} x {cfg.data.seq_len} "
+                 f"tokens); lower train.micro_batch (raise train.grad_accum to keep the batch) or data.seq_len, set "
+                 f"parallel.activation_checkpointing=1, or use a smaller model")
+    raise_if_any(error, d)
+
+
+def check_same_tokenizer(found: tuple[int, str] | None, tok: dict, cfg: TrainJobConfig, run: str) -> str | None:
+    """A RUN keeps one tokenizer: the same ids from another one are other tokens, and the export
+    would ship the new tokenizer with weights trained on the old. Returns a warning for a
+    checkpoint written before trainer.json recorded it."""
+    if not found:
+        return None
+    before = ckpt.read_state(found[1]).get("tokenizer_sha256")
+    if before is None:
+        return f"{found[1]} does not record its tokenizer (an older tokenmill): cannot check it is the data's"
+    if before != tok["sha256"]:
+        raise UserError(f"{run} was trained with tokenizer {before[:12]} and --data {' '.join(cfg.data.paths)} has "
+                        f"tokenizer {tok['sha256'][:12]}: use a new --run, or data prepared with the run's tokenizer")
+    return None
 
 
 def check_same_model(run: str, args: ModelArgs, d: Dist) -> None:
@@ -198,37 +271,46 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
 
 
 def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
-    # -- data: verified manifests, one token stream per output and split
+    # -- refusals first: everything a user can get wrong, before any training work
+    prepare_run_dir(run_dir, d)
     manifests = open_data(cfg, d)
     tok = D.check_compatible(manifests, cfg.data.paths)
-    streams = [D.TokenStream(D.split_files(p, m, "train"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
-    dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None, cfg.data.doc_mask)
-    val_streams = [D.TokenStream(D.split_files(p, m, "val"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
-    val = D.val_batches(val_streams, cfg.data.seq_len, cfg.eval.samples, cfg.train.micro_batch, d.rank, d.world,
-                        cfg.data.doc_mask)
-
-    # -- model, optimizer, precision
     precision = resolve_precision(cfg.precision, d.device)
     args = model_args(cfg, tok["vocab_size"])
-    if d.main:
-        os.makedirs(run_dir, exist_ok=True)
-    dist.barrier()
-    check_same_model(run_dir, args, d)
-    torch.manual_seed(cfg.seed)
-    model = parallelize(lambda: Transformer(args), cfg, d, precision)
-    optim = build_optimizer(model, cfg.optim)
-    scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
-
-    # -- resume from the newest complete checkpoint (its integers say where the data stands)
+    check_cpu_memory(args, cfg, precision, d)
     ckpt_root = os.path.join(run_dir, "checkpoints")
     if d.main:
         ckpt.sweep(ckpt_root)
     dist.barrier()
     found = [ckpt.latest(ckpt_root)]
     dist.broadcast_object_list(found, src=0)
-    state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None}
-    if found[0]:
-        state.update(ckpt.load(found[0][1], model, optim))
+    tokenizer_warning = check_same_tokenizer(found[0], tok, cfg, run_dir)
+    check_same_model(run_dir, args, d)
+
+    # -- data: one token stream per output and split
+    streams = [D.TokenStream(D.split_files(p, m, "train"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+    dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None, cfg.data.doc_mask,
+                              tok["vocab_size"])
+    val_streams = [D.TokenStream(D.split_files(p, m, "val"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+    val, error = [], None
+    try:
+        val = D.val_batches(val_streams, cfg.data.seq_len, cfg.eval.samples, cfg.train.micro_batch, d.rank, d.world,
+                            cfg.data.doc_mask, tok["vocab_size"])
+    except UserError as e:  # each rank reads its own windows: any rank's error stops all
+        error = str(e)
+    raise_if_any(error, d)
+
+    # -- model, optimizer, precision
+    torch.manual_seed(cfg.seed)
+    model = parallelize(lambda: Transformer(args), cfg, d, precision)
+    optim = build_optimizer(model, cfg.optim)
+    scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
+
+    # -- resume from the newest complete checkpoint (its integers say where the data stands)
+    state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None,
+             "tokenizer_sha256": tok["sha256"]}
+    if found[0]:  # the sha again after: a checkpoint older than the field gets it from now on
+        state.update(ckpt.load(found[0][1], model, optim), tokenizer_sha256=tok["sha256"])
         if scaler is not None and state.get("scale"):
             scaler.update(state["scale"])
     if d.main:  # lines a killed run logged past its last checkpoint are dropped
@@ -236,6 +318,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     metrics = Metrics(run_dir, d.main, cfg.metrics.tensorboard, cfg.train.steps, cfg.train.log_every)
     if found[0]:
         metrics.note(f"resumed from {found[0][1]} (step {state['step']}, {state['samples']:,} samples)")
+    if tokenizer_warning:
+        metrics.note(f"warning: {tokenizer_warning}")
 
     # -- the loop
     G = cfg.train.micro_batch * cfg.train.grad_accum * d.world
@@ -267,10 +351,15 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
             # averages over ranks, hence the factor world: the result is the gradient of the
             # mean loss over every target token of the global batch.
             wait, total = 0.0, torch.zeros((), dtype=torch.float64, device=d.device)
+            data_error = None
             for micro in range(cfg.train.grad_accum):
                 tw = time.perf_counter()
-                batch = to_device(next(batches), d.device)
+                batch = next(batches)
                 wait += time.perf_counter() - tw
+                if "error" in batch:  # a filler keeps this rank in the others' collectives until the all-reduce
+                    data_error = data_error or batch["error"]
+                    batch = dataset.filler(cfg.train.micro_batch)
+                batch = to_device(batch, d.device)
                 if cfg.train.skip_sync and cfg.train.grad_accum > 1 and hasattr(model, "set_requires_gradient_sync"):
                     model.set_requires_gradient_sync(micro == cfg.train.grad_accum - 1)
                 ls = loss_sum(model, batch, precision, d.device)
@@ -282,11 +371,13 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 scaler.unscale_(optim)
             grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)).item()
             # One all-reduce for everything the ranks must agree on: the loss, rank 0's clock,
-            # and whether any rank was asked to stop.
+            # whether any rank was asked to stop, and whether any rank's data failed.
             want_time_save = d.main and cfg.checkpoint.every_minutes > 0 and \
                 time.monotonic() - last_save >= 60 * cfg.checkpoint.every_minutes
-            loss_total, time_flag, stop_flag = all_reduce_sum([total.item(), float(want_time_save), float(stop.set)],
-                                                              d.device)
+            loss_total, time_flag, stop_flag, data_flag = all_reduce_sum(
+                [total.item(), float(want_time_save), float(stop.set), float(data_error is not None)], d.device)
+            if data_flag:
+                raise_if_any(data_error, d)
             loss = loss_total / global_tokens
             finite = math.isfinite(loss) and math.isfinite(grad_norm)
             if scaler is not None:
@@ -329,6 +420,11 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 return 143
     except torch.OutOfMemoryError:
         raise UserError(oom_message(cfg, step + 1)) from None
+    except (RuntimeError, OSError):
+        # A shard truncated between a worker's size check and its copy kills the worker (SIGBUS);
+        # the loop then sees a broken queue or DataLoader's RuntimeError: name the shard if so.
+        dataset.check_files()
+        raise
     finally:
         stop.restore()
         metrics.close()

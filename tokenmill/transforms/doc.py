@@ -10,7 +10,9 @@ hint from HTTP headers or the file).
 
 from __future__ import annotations
 
+import hashlib
 import pickle
+import re
 import threading
 from typing import Any
 
@@ -47,23 +49,78 @@ def docs_schema(extra_fields: list[pa.Field] | None = None) -> pa.Schema:
     return pa.schema(fields)
 
 
+# Every record is born in ``new_doc``, so every string an input gives it is made writable there:
+# one lone surrogate (a JSON \ud800 escape, a UTF-7 charset, a file name that is not UTF-8)
+# makes Arrow's Parquet writer and the tokenizer raise, and would end the job.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+# Ids, urls and charset labels longer than this keep a head and a hash of the whole (still unique):
+# a 10 MB id would otherwise be copied into every stage, shuffle and report sample.
+MAX_LABEL_CHARS = 2048
+
+
+def clean_text(s: str) -> str:
+    """``s`` with each lone surrogate replaced by U+FFFD (a valid string is returned as it is)."""
+    if s.isascii():  # O(1) in CPython: most strings stop here
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", s)
+
+
+def path_text(path: str) -> str:
+    """A file path as text: the bytes of a name that is not UTF-8 (which Python carries as
+    surrogate escapes) become ``\\xNN``, so the name stays recognisable."""
+    if path.isascii():
+        return path
+    try:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte
+        return clean_text(path)
+
+
+def label(value: Any) -> str | None:
+    """An id, url or charset label from an input as bounded, writable text, whatever its type
+    (JSON gives numbers, lists and objects too; Parquet gives bytes)."""
+    if value is None or isinstance(value, str):
+        s = value
+    elif isinstance(value, bytes):
+        s = value.decode("utf-8", "backslashreplace")
+    else:
+        try:
+            s = str(value)
+        except RecursionError:  # a list nested hundreds deep: repr gives up before json.loads did
+            s = f"<{type(value).__name__} nested too deep>"
+    if s is None:
+        return None
+    s = clean_text(s)
+    if len(s) > MAX_LABEL_CHARS:
+        digest = hashlib.sha1(s.encode()).hexdigest()[:16]
+        s = f"{s[: MAX_LABEL_CHARS - 24]}...sha1:{digest}"
+    return s
+
+
 def new_doc(
-    id: str,
+    id: Any,
     source: str,
     *,
-    url: str | None = None,
+    url: Any = None,
     text: str | None = None,
     html: bytes | str | None = None,
     encoding: str | None = None,
     dropped_by: str | None = None,
 ) -> dict[str, Any]:
+    """A record as read. Every string from the input passes here and leaves writable and
+    bounded (see ``clean_text``, ``label``); ``text`` and ``html`` are not bounded here: the
+    readers cap a record at ``max_record_bytes``."""
     return {
-        "id": id,
-        "url": url,
-        "source": source,
-        "text": text,
-        "html": html,
-        "encoding": encoding,
+        "id": label(id),
+        "url": label(url),
+        "source": path_text(source),
+        "text": None if text is None else clean_text(text),
+        "html": clean_text(html) if isinstance(html, str) else html,
+        "encoding": label(encoding),
         "lang": None,
         "lang_score": None,
         "dup_cluster": None,

@@ -76,10 +76,14 @@ def read_tokenizer_json(path: str) -> str:
 
     try:
         with FileSystems.open(path) as fh:
-            text = fh.read().decode("utf-8")
-    except Exception:
-        raise UserError(f"tokenize.tokenizer: cannot read {path} (no such file?)") from None
-    return text
+            data = fh.read()
+    except Exception as e:
+        why = "no such file" if isinstance(e, FileNotFoundError) or not FileSystems.exists(path) else str(e)
+        raise UserError(f"tokenize.tokenizer: cannot read {path} ({why})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"tokenize.tokenizer: {path} is not a tokenizer.json (not UTF-8 text at byte {e.start})") from None
 
 
 def check_tokenizer(path: str, eos_token: str | None) -> None:
