@@ -147,7 +147,7 @@ def test_rerun_with_the_tokenizer_an_earlier_run_left_in_out(prepared, tmp_path)
 
 
 def test_empty_corpus_gives_a_valid_empty_manifest(tmp_path, caplog):
-    rc, rows, report = run_prepare(tmp_path / "o", [], sets=["language.keep=[xx]", "tokenize.vocab_size=300"])
+    rc, rows, report = run_prepare(tmp_path / "o", [], sets=["language.keep=[yo]", "tokenize.vocab_size=300"])
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert rc == 0 and report["documents"]["kept"] == 0
     assert manifest["splits"]["train"] == {"docs": 0, "tokens": 0, "shards": []}

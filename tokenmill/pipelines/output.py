@@ -43,7 +43,7 @@ def locked(out: str) -> Iterator[None]:
         os.makedirs(out, exist_ok=True)
         fd = os.open(os.path.join(out, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise UserError(f"output: cannot use {out} ({e.strerror})") from None
+        raise UserError(f"output: cannot write {out} ({e.strerror})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -255,6 +255,8 @@ def print_summary(report: dict[str, Any], console=None) -> None:
         top = ", ".join(f"{r} {n:,}" for r, n in list(row["reasons"].items())[:3])
         t.add_row(row["stage"], f"{row['in']:,}", f"{row['dropped']:,}", f"{row['out']:,}", top)
     console.print(t)
+    if report.get("inputs_skipped"):
+        console.print("Inputs not read: " + ", ".join(f"{k} {v:,}" for k, v in report["inputs_skipped"].items()))
     langs = list(report["languages"].items())[:12]
     if langs:
         console.print("Languages kept: " + ", ".join(f"{k} {v:,}" for k, v in langs))

@@ -108,6 +108,10 @@ def render(report: dict[str, Any], samples: dict[str, list[dict]], per_reason: i
     reasons = list(report["dropped_by"].items())
     out.append('<section id="reasons"><h2>Drop reasons</h2>'
                + bar_rows(reasons, d["read"], DROPPED) + "</section>")
+    skipped = report.get("inputs_skipped") or {}
+    if skipped:  # found at launch but not read: no row in OUT/docs, so said here
+        out.append('<section id="skipped"><h2>Inputs not read</h2>'
+                   + bar_rows(list(skipped.items()), 0, DROPPED) + "</section>")
     out.append('<section id="languages"><h2>Languages kept</h2>'
                + bar_rows(list(report["languages"].items())[:25], d["kept"], KEPT) + "</section>")
     if report.get("histograms"):
