@@ -1,0 +1,151 @@
+"""Step 2: files to units of work (byte ranges, row-group ranges, whole files), and the input list
+file whose line ranges are the read tasks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from tokenmill.config import ReadConfig
+from tokenmill.errors import UserError
+from tokenmill.transforms.doc import new_doc
+
+from .inputs import InputFile, _compression, detect_format
+from .streams import _broken, _open_raw
+
+
+@dataclass(frozen=True)
+class Unit:
+    file: InputFile
+    fmt: str
+    start: int = 0  # byte offset (jsonl) or first row group (parquet)
+    end: int | None = None  # exclusive; None = to the end
+    first_row: int = 0  # parquet: index of the first row of ``start``
+
+
+def plan_units(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
+    """Cut one file into units of work; yields a dropped doc for a file no reader takes. The
+    format is told by the name the file was found under (``rel``): its real path may be a blob
+    without one (a Hugging Face cache links data.parquet to blobs/<sha256>)."""
+    fmt = detect_format(f.rel)
+    if fmt is None:
+        yield new_doc(f.rel, f.path, dropped_by="read:unsupported_format")
+        return
+    if f.size == 0:
+        yield new_doc(f.rel, f.path, dropped_by="read:empty_file")
+        return
+    if fmt == "jsonl" and _compression(f.rel) is None and f.size > cfg.split_bytes:
+        for start in range(0, f.size, cfg.split_bytes):
+            yield Unit(f, fmt, start, min(start + cfg.split_bytes, f.size))
+        return
+    if fmt == "parquet":
+        yield from _plan_parquet(f, cfg)
+        return
+    yield Unit(f, fmt)
+
+
+def _plan_parquet(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
+    import pyarrow.parquet as pq
+
+    try:
+        with _open_raw(f.path) as fh:
+            meta = pq.ParquetFile(fh).metadata
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError on a corrupt footer
+        yield _broken(f.rel, f, "corrupt_file", e)
+        return
+    if meta.num_rows == 0:  # a valid file without a record: one row says so
+        yield new_doc(f.rel, f.path, dropped_by="read:empty_file")
+        return
+    # Group consecutive row groups into units of about split_bytes.
+    start, row, first_row, acc = 0, 0, 0, 0
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        acc += rg.total_byte_size
+        row += rg.num_rows
+        if acc >= cfg.split_bytes or i == meta.num_row_groups - 1:
+            yield Unit(f, "parquet", start, i + 1, first_row)
+            start, first_row, acc = i + 1, row, 0
+
+
+# The runner moves, shuffles and tracks every element, and Beam's local FnApiRunner holds 5-10x
+# the bytes of what it shuffles, so tasks are tiny: a byte range of the input list file.
+# Small files are read in runs of up to this many per task ...
+MAX_FILES_PER_TASK = 64
+# ... but never fewer tasks than this (when there are that many files), so every worker of a
+# big cluster still gets work.
+MIN_TASKS = 1000
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """Lines ``[start, end)`` (byte offsets) of the input list: whole files one task reads, or
+    (``split``) one file big enough to be cut into units first."""
+
+    list_path: str
+    start: int
+    end: int
+    split: bool = False
+
+
+def _may_split(f: InputFile, cfg: ReadConfig) -> bool:
+    fmt = detect_format(f.rel)
+    return f.size > cfg.split_bytes and (fmt == "parquet" or (fmt == "jsonl" and _compression(f.rel) is None))
+
+
+def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list[FileRange]:
+    """Write the resolved inputs to ``path``, one JSON object per line (it stays in the output:
+    which files, of what size, the output was made from), and return the read tasks over it
+    (see the package docstring for why the list travels as a file)."""
+    per_task = max(1, min(MAX_FILES_PER_TASK, len(files) // MIN_TASKS))
+    tasks: list[FileRange] = []
+    run: list[int] = []  # byte offsets of the lines of the small files not yet in a task
+    pos = 0
+    try:
+        fh = FileSystems.create(path, mime_type="application/jsonl")
+    except OSError as e:  # the first write into OUT: an unwritable output folder shows here
+        raise UserError(f"output: cannot write {path} ({e})") from None
+    with fh:
+        for f in files:
+            line = _json_line({"path": f.path, "rel": f.rel, "size": f.size})
+            fh.write(line)
+            split = _may_split(f, cfg)
+            if run and (split or len(run) == per_task):
+                tasks.append(FileRange(path, run[0], pos))
+                run = []
+            if split:
+                tasks.append(FileRange(path, pos, pos + len(line), split=True))
+            else:
+                run.append(pos)
+            pos += len(line)
+    if run:
+        tasks.append(FileRange(path, run[0], pos))
+    return tasks
+
+
+def _json_line(obj: dict) -> bytes:
+    """``obj`` as one line of UTF-8 JSON. A path that is not UTF-8 (Python holds its bytes as
+    surrogate escapes) is written \\u-escaped, which ``json.loads`` gives back unchanged."""
+    try:
+        return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:
+        return (json.dumps(obj) + "\n").encode()
+
+
+def files_in(task: FileRange) -> list[InputFile]:
+    with FileSystems.open(task.list_path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        fh.seek(task.start)
+        lines = fh.read(task.end - task.start).splitlines()
+    return [InputFile(**json.loads(line)) for line in lines]
+
+
+def plan_task(task: FileRange, cfg: ReadConfig) -> Iterator[FileRange | Unit | dict]:
+    """A big file's task becomes its units (each then read by any worker); others pass as they are."""
+    if not task.split:
+        yield task
+        return
+    for f in files_in(task):
+        yield from plan_units(f, cfg)
