@@ -193,3 +193,15 @@ def test_resume_on_another_world_size(prepared, reference, tmp_path):
     rows = metrics(run)
     assert [r["step"] for r in rows] == list(range(51, STEPS + 1))
     assert all(abs(r["loss"] - ref[r["step"]]) < 1e-4 for r in rows)
+
+
+def test_fp16_run_resumes_with_its_grad_scaler(prepared, tmp_path):
+    """fp16 keeps a GradScaler: its state (scale, growth tracker) is in the checkpoint, and a
+    longer rerun of the same command goes on from it (a fresh scaler used to crash on update)."""
+    run = tmp_path / "fp16"
+    short = ("--set", "train.steps=3", "--set", "precision=fp16", "--set", "checkpoint.every=0")
+    run_ok(train_cmd(prepared, run, accum=1, extra=short))
+    saved = json.loads((run / "checkpoints" / "step-00000003" / "trainer.json").read_text())["scaler"]
+    assert saved["scale"] > 0 and "_growth_tracker" in saved
+    p = run_ok(train_cmd(prepared, run, accum=1, extra=(*short[:-2], "--set", "train.steps=5")))
+    assert "resumed from" in p.stderr and [r["step"] for r in metrics(run)] == [1, 2, 3, 4, 5]

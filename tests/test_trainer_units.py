@@ -314,3 +314,54 @@ def test_resuming_another_model_shape_is_refused(outputs, tmp_path, capsys):
     assert main(base + ["--set", "model.d_model=64"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "another model shape" in err[0] and "d_model 32 -> 64" in err[0]
+
+
+@pytest.mark.parametrize("name, precision, expected", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+    ("NVIDIA H100 NVL", "bf16", 835e12),
+    ("NVIDIA H100 PCIe", "bf16", 756e12),
+    ("NVIDIA H200", "bf16", 989e12),
+    ("NVIDIA H200 NVL", "bf16", 835e12),
+    ("NVIDIA GH200 480GB", "bf16", 989e12),
+    ("NVIDIA H20", "bf16", 148e12),
+    ("NVIDIA A100-SXM4-80GB", "fp32", 19.5e12),
+    ("NVIDIA L40S", "fp16", 362e12),
+    ("NVIDIA L40", "bf16", 181e12),
+    ("Some Future GPU", "bf16", None),
+])
+def test_peak_flops_by_device_name(name, precision, expected):
+    from tokenmill.trainer.metrics import peak_flops_for
+
+    assert peak_flops_for(name, precision) == expected
+
+
+def test_gqa_attention_matches_repeated_kv_heads():
+    """SDPA's enable_gqa shares each K/V head across its query group without copying K and V:
+    the same output as repeating the heads, with the causal path and with a document mask."""
+    import torch.nn.functional as F
+
+    from tokenmill.trainer.model import Attention, ModelArgs
+
+    torch.manual_seed(0)
+    a = ModelArgs(vocab_size=50, n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=8)
+    attn, x = Attention(a), torch.randn(2, 8, 32)
+    cos, sin = torch.ones(8, a.head_dim), torch.zeros(8, a.head_dim)  # no rotation: compare attention alone
+    doc = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1]])
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    mask = ((doc[:, :, None] == doc[:, None, :]) & causal)[:, None]
+    q = attn.q_proj(x).view(2, 8, 4, 8).transpose(1, 2)
+    k = attn.k_proj(x).view(2, 8, 2, 8).transpose(1, 2).repeat_interleave(2, dim=1)
+    v = attn.v_proj(x).view(2, 8, 2, 8).transpose(1, 2).repeat_interleave(2, dim=1)
+    for m, kw in ((None, {"is_causal": True}), (mask, {"attn_mask": mask})):
+        want = attn.o_proj(F.scaled_dot_product_attention(q, k, v, **kw).transpose(1, 2).reshape(2, 8, 32))
+        torch.testing.assert_close(attn(x, cos, sin, m), want)
+
+
+def test_eval_row_loss_equals_the_transposed_form():
+    import torch.nn.functional as F
+
+    from tokenmill.trainer.train import row_nll
+
+    logits, targets = torch.randn(3, 7, 11), torch.randint(0, 11, (3, 7))
+    want = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1)
+    torch.testing.assert_close(row_nll(logits, targets), want)

@@ -12,17 +12,21 @@ import sys
 
 import torch
 
-# Dense peak FLOP/s of one device: (bf16/fp16 tensor cores, plain fp32). Sources: vendor
-# datasheets (SXM parts where there are several). Matched by substring of the device name,
-# most specific first.
+# Dense peak FLOP/s of one device: (bf16/fp16 tensor cores, plain fp32), from vendor datasheets.
+# Matched by substring of the device name, most specific first: NVL and PCIe parts run at lower
+# clocks and power than the SXM part of the same name (an H100 NVL is 835 TFLOPS, not 989).
 PEAK_FLOPS: list[tuple[str, float, float]] = [
     ("GB200", 2.5e15, 80e12),
     ("B200", 2.25e15, 80e12),
+    ("GH200", 989e12, 67e12),
+    ("H200 NVL", 835e12, 60e12),
     ("H200", 989e12, 67e12),
+    ("H100 NVL", 835e12, 60e12),
     ("H100 PCIe", 756e12, 51e12),
     ("H100", 989e12, 67e12),
+    ("H800 PCIe", 756e12, 51e12),
     ("H800", 989e12, 67e12),
-    ("GH200", 989e12, 67e12),
+    ("H20", 148e12, 44e12),
     ("A100", 312e12, 19.5e12),
     ("A800", 312e12, 19.5e12),
     ("L40S", 362e12, 91.6e12),
@@ -39,17 +43,21 @@ PEAK_FLOPS: list[tuple[str, float, float]] = [
 ]
 
 
+def peak_flops_for(name: str, precision: str) -> float | None:
+    """Peak FLOP/s of the device called ``name`` (as torch.cuda.get_device_name gives it)."""
+    for key, low, fp32 in PEAK_FLOPS:
+        if key in name:
+            return fp32 if precision == "fp32" else low
+    return None
+
+
 def peak_flops(device: torch.device, precision: str, override: float | None = None) -> float | None:
     """Peak FLOP/s of one device for MFU; None when unknown (CPU, an unlisted GPU)."""
     if override:
         return override
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, low, fp32 in PEAK_FLOPS:
-        if key in name:
-            return fp32 if precision == "fp32" else low
-    return None
+    return peak_flops_for(torch.cuda.get_device_name(device), precision)
 
 
 def peak_memory_mb(device: torch.device) -> float:

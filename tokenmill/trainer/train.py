@@ -111,6 +111,13 @@ def loss_sum(model, batch: dict, precision: str, device: torch.device) -> torch.
     return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
 
 
+def row_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy of each row, on the flattened (B*T, V) logits as in training: a
+    strided (B, V, T) transpose would make the kernel read the logits out of order."""
+    B, T = targets.shape
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(B, T).sum(1)
+
+
 @torch.no_grad()
 def evaluate(model, batches: list, precision: str, device: torch.device) -> float:
     model.eval()
@@ -120,7 +127,7 @@ def evaluate(model, batches: list, precision: str, device: torch.device) -> floa
         tokens = batch["tokens"]
         with autocast(precision, device):
             logits = model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
-        per_row = F.cross_entropy(logits.float().transpose(1, 2), tokens[:, 1:], reduction="none").sum(1)
+        per_row = row_nll(logits, tokens[:, 1:])
         total[0] += (per_row * weight).sum()
         total[1] += weight.sum() * (tokens.shape[1] - 1)
     dist.all_reduce(total)
@@ -311,8 +318,10 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
              "tokenizer_sha256": tok["sha256"]}
     if found[0]:  # the sha again after: a checkpoint older than the field gets it from now on
         state.update(ckpt.load(found[0][1], model, optim), tokenizer_sha256=tok["sha256"])
-        if scaler is not None and state.get("scale"):
-            scaler.update(state["scale"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])  # scale and growth tracker: the run goes on as if never stopped
+        elif scaler is not None and state.get("scale"):  # a checkpoint from before the scaler's state was saved
+            scaler = torch.amp.GradScaler(d.device.type, init_scale=state["scale"])
     if d.main:  # lines a killed run logged past its last checkpoint are dropped
         truncate_after(os.path.join(run_dir, "metrics.jsonl"), state["step"])
     metrics = Metrics(run_dir, d.main, cfg.metrics.tensorboard, cfg.train.steps, cfg.train.log_every)
@@ -390,8 +399,6 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
             state["step"], state["samples"] = step, state["samples"] + G
             state["bad_in_row"] = 0 if finite else state["bad_in_row"] + 1
             state["skipped_steps"] += 0 if finite else 1
-            if scaler is not None:
-                state["scale"] = scaler.get_scale()
 
             dt = time.perf_counter() - t0
             row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": global_tokens / dt,
@@ -411,6 +418,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
 
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or time_flag or stop_flag \
                     or step == cfg.train.steps:
+                if scaler is not None:  # read only here: get_scale() waits for the device
+                    state["scaler"] = scaler.state_dict()
                 ckpt.save(os.path.join(ckpt_root, ckpt.step_name(step)), model, optim, dict(state), d.main)
                 if d.main:
                     ckpt.prune(ckpt_root, cfg.checkpoint.keep)
