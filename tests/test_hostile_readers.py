@@ -467,3 +467,63 @@ def test_hostile_folder_end_to_end(tmp_path):
     reasons = Counter(r["dropped_by"] for r in out_rows)
     assert reasons["read:too_deep"] == 1 and reasons["read:text_not_string"] == 1
     assert report["documents"]["read"] == len(out_rows)
+
+
+# ---------------------------------------------------------------- names, folders, Parquet bombs, charsets
+
+
+def test_a_file_whose_name_holds_glob_characters_is_read_by_that_name(tmp_path):
+    for name in ("br[ack]et.jsonl", "star*.jsonl", "q?.jsonl"):
+        (tmp_path / name).write_text(json.dumps({"id": name, "text": "words"}) + "\n")
+    (tmp_path / "bret.jsonl").write_text(json.dumps({"id": "bret", "text": "words"}) + "\n")
+    for name in ("br[ack]et.jsonl", "star*.jsonl", "q?.jsonl"):
+        assert [d["id"] for d in read_all(tmp_path / name)] == [name]  # only that file, not a glob
+    # A pattern that names no file as written is still a glob.
+    assert {d["id"] for d in read_all(tmp_path / "b*.jsonl")} == {"br[ack]et.jsonl", "bret"}
+
+
+def test_an_empty_folder_and_the_output_folder_are_not_called_missing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="a folder with no files in it"):
+        scan_inputs([str(tmp_path / "empty")])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.jsonl").write_text('{"text": "x"}\n')
+    with pytest.raises(UserError, match="inside the output folder"):
+        scan_inputs([str(tmp_path / "out")], exclude=[str(tmp_path / "out")])
+    with pytest.raises(UserError, match="input not found"):
+        scan_inputs([str(tmp_path / "nowhere")])
+
+
+def test_a_dictionary_encoded_parquet_bomb_stops_at_the_inflate_limit(tmp_path):
+    # 400 rows of one 10 KB string: a few KB on disk, 4 MB of text.
+    text = ("lorem ipsum dolor sit amet " * 400)[:10_000]
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(400)], "text": pa.array([text] * 400).dictionary_encode()}),
+                   tmp_path / "bomb.parquet", compression="zstd")
+    assert (tmp_path / "bomb.parquet").stat().st_size < 20_000
+    docs = read_all(tmp_path / "bomb.parquet", ReadConfig(max_inflated_bytes=100_000, max_inflate_ratio=2))
+    assert Counter(d["dropped_by"] for d in docs) == {None: 10, "read:inflate_limit": 1}
+    assert docs[-1]["id"] == "bomb.parquet:10"
+    assert Counter(d["dropped_by"] for d in read_all(tmp_path / "bomb.parquet")) == {None: 400}  # defaults: all read
+
+
+def test_parquet_without_a_text_column_gives_every_row_its_row(tmp_path):
+    pq.write_table(pa.table({"id": [f"n{i}" for i in range(50)], "body": ["x"] * 50}), tmp_path / "ids.parquet",
+                   row_group_size=20)
+    pq.write_table(pa.table({"body": ["x"] * 7}), tmp_path / "bare.parquet")
+    docs = read_all(tmp_path / "ids.parquet")
+    assert [d["id"] for d in docs] == [f"n{i}" for i in range(50)]
+    assert {d["dropped_by"] for d in docs} == {"read:no_text_field"}
+    assert [d["id"] for d in read_all(tmp_path / "bare.parquet")] == [f"bare.parquet:{i}" for i in range(7)]
+
+
+@pytest.mark.parametrize("label", ["cp037", "cp500", "unicode_escape", "raw_unicode_escape", "idna", "hex"])
+def test_charset_labels_that_are_no_web_charset_are_ignored(label, tmp_path):
+    from tokenmill.transforms.html import extract_html
+    from tokenmill.transforms.readers.records import _decode_text
+
+    words = "Caf\xe9 na\xefve r\xe9sum\xe9: the quiet river runs past the old mill at C:\\new folder."
+    page = f"<html><head><meta charset={label}></head><body><p>{words}</p></body></html>".encode("latin-1")
+    r = extract_html(page)
+    assert r.reason is None and r.encoding == "cp1252" and r.text == words
+    assert _decode_text(words.encode(), label) == (words, None)  # UTF-8 under the odd label: read
+    assert _decode_text("plain text".encode("utf-16"), "utf-16") == ("plain text", None)  # still honoured

@@ -22,9 +22,9 @@ class Section(BaseModel):
 
 class ReadConfig(Section):
     # Field names used for JSONL and Parquet records.
-    text_field: str = "text"
-    id_field: str = "id"
-    url_field: str = "url"
+    text_field: str = Field(default="text", min_length=1)
+    id_field: str = Field(default="id", min_length=1)
+    url_field: str = Field(default="url", min_length=1)
     # A field holding raw HTML; used (and extracted) when the text field is absent or empty.
     html_field: str | None = "html"
     # A record bigger than this is dropped as read:too_large without being held in memory.

@@ -9,6 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 from rich.console import Console
 from rich.table import Table
 
+from tokenmill.errors import UserError
 from tokenmill.trainer.data import check_vocab
 from tokenmill.transforms.shards import load_manifest, verify_output
 from tokenmill.transforms.tokenize import tokenizer_from_json
@@ -51,8 +52,20 @@ def id_problems(out: str, manifest: dict) -> list[str]:
     return problems
 
 
+def unlisted_shards(out: str, manifest: dict) -> list[str]:
+    """Files in OUT/shards/ that the manifest does not name (the trainer ignores them)."""
+    listed = {FileSystems.join(out, s["file"]) for info in manifest["splits"].values() for s in info["shards"]}
+    try:
+        found = [m.path for m in FileSystems.match([FileSystems.join(out, "shards", "*")])[0].metadata_list]
+    except Exception:  # no shards folder
+        return []
+    return sorted(p for p in found if p not in listed)
+
+
 def inspect_output(out: str, n_docs: int = 3, console: Console | None = None) -> int:
     console = console or Console()
+    if n_docs < 0:
+        raise UserError(f"--docs {n_docs}: expected 0 or more documents to decode")
     manifest = load_manifest(out)
     check_vocab(out, manifest)  # the manifest itself is wrong: one line, nothing else to show
     # Ids only in shards that match their checksums: a corrupt file is not parsed.
@@ -76,6 +89,8 @@ def inspect_output(out: str, n_docs: int = 3, console: Console | None = None) ->
         console.print(f"[red]{len(problems)} problem(s)[/]: do not train on this output")
         return 1
     console.print("[green]all checksums and counts match the manifest[/]")
+    for path in unlisted_shards(out, manifest):
+        console.print(f"[yellow]note[/] {path}: not in the manifest (not read by `tokenmill train`)")
     shards = manifest["splits"]["train"]["shards"] or manifest["splits"]["val"]["shards"]
     if shards and n_docs:
         with FileSystems.open(FileSystems.join(out, tok.get("file", "tokenizer.json"))) as fh:

@@ -22,8 +22,11 @@ from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.errors import UserError
 
-# What a run owns under OUT, moved as a whole; the manifest comes last.
-ENTRIES = ("inputs.jsonl", "tokenizer.json", "docs", "shards", "report", "manifest.json")
+# What a run owns under OUT, the manifest first. Only these are replaced: a user's own files
+# beside them (OUT = a project folder with its own docs/) are left alone.
+OWNED = ("manifest.json", "inputs.jsonl", "tokenizer.json", "report/report.json", "report/report.html",
+         "report/samples/*.jsonl", "docs/kept-*.parquet", "docs/filtered-*.parquet", "docs/duplicates-*.parquet",
+         "shards/train-*.arrow", "shards/val-*.arrow")
 STAGE_PREFIX = ".tokenmill-stage-"
 OLD_PREFIX = ".tokenmill-old-"
 LOCK_NAME = ".tokenmill.lock"
@@ -58,31 +61,28 @@ def locked(out: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _exists(path: str) -> bool:
-    return os.path.lexists(path) if _local(path) else FileSystems.exists(path)
+def _files(folder: str, patterns) -> list[str]:
+    """The files under ``folder`` matching ``patterns``, in pattern order, as relative paths."""
+    found: list[str] = []
+    for pattern in patterns:
+        matched = FileSystems.match([FileSystems.join(folder, pattern)])[0].metadata_list
+        found += sorted(m.path[len(folder.rstrip("/")) + 1:] for m in matched)
+    return found
 
 
 def _remove(path: str) -> None:
     if _local(path):
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.lexists(path):
-            os.remove(path)
+        shutil.rmtree(path, ignore_errors=True)
         return
     matched = FileSystems.match([path.rstrip("/") + "/**"])[0].metadata_list
-    files = [m.path for m in matched] + ([path] if FileSystems.exists(path) else [])
-    if files:
-        FileSystems.delete(files)
+    if matched:
+        FileSystems.delete([m.path for m in matched])
 
 
 def _move(src: str, dst: str) -> None:
     if _local(src):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
         os.replace(src, dst)
-        return
-    matched = FileSystems.match([src.rstrip("/") + "/**"])[0].metadata_list
-    if matched:  # a "folder" of an object store: every object under it
-        srcs = [m.path for m in matched]
-        FileSystems.rename(srcs, [dst + p[len(src):] for p in srcs])
     else:
         FileSystems.rename([src], [dst])
 
@@ -108,18 +108,15 @@ def discard(stage: str) -> None:
 
 
 def publish(stage: str, out: str) -> None:
-    """Replace OUT's previous output by the staged one. The previous manifest goes first and the
-    new one comes last, so no reader ever finds a manifest beside another run's shards."""
+    """Replace OUT's previous output by the staged one, file by file. The previous manifest goes
+    first and the new one comes last, so no reader ever finds a manifest beside another run's
+    shards."""
     old = FileSystems.join(out, OLD_PREFIX + uuid.uuid4().hex[:8])
-    if _local(old):
-        os.makedirs(old)
-    for name in reversed(ENTRIES):  # the manifest first
-        src = FileSystems.join(out, name)
-        if _exists(src):
-            _move(src, FileSystems.join(old, name))
-    for name in ENTRIES:  # the manifest last
-        src = FileSystems.join(stage, name)
-        if _exists(src):
-            _move(src, FileSystems.join(out, name))
+    for rel in _files(out, OWNED):
+        _move(FileSystems.join(out, rel), FileSystems.join(old, rel))
+    new = _files(stage, ("**",)) if not _local(stage) else sorted(
+        os.path.relpath(os.path.join(d, f), stage) for d, _, fs in os.walk(stage) for f in fs)
+    for rel in sorted(new, key=lambda r: r == "manifest.json"):  # the manifest last
+        _move(FileSystems.join(stage, rel), FileSystems.join(out, rel))
     discard(old)
     discard(stage)

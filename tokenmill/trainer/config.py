@@ -14,9 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenmill.config import load_validated
 from tokenmill.errors import UserError
 
+# No float of the trainer means anything as inf or nan: an infinite lr or rope_theta trained
+# garbage (or crashed the progress line) instead of being refused here.
+_STRICT = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = _STRICT
 
 
 # Llama-style shapes. 1b follows Llama-3.2-1B (16 x 2048, 32 heads, 8 KV heads, FFN 8192).
@@ -144,7 +148,7 @@ class ExportConfig(_Section):
 
 
 class TrainJobConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = _STRICT
 
     seed: int = Field(default=0, ge=0, lt=2**63)
     # auto: bf16 on a GPU that has it, else fp32.

@@ -181,9 +181,24 @@ def _codec(label: str | bytes | None) -> str | None:
     if name in ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"):
         # A <meta> that says UTF-16 in bytes we could read as ASCII is wrong (WHATWG: use UTF-8).
         return "utf-8"
-    if name in ("utf-7", "rot-13") or "codec" in name:
+    if name in _NOT_CHARSETS or "codec" in name or not _ascii_compatible(name):
+        # EBCDIC (cp037, cp500) is no web charset: honoured, it turned a page into garbage text.
         return None
     return _SUPERSET.get(name, name)
+
+
+# Python codecs that are no charset a page is written in (unicode-escape turned "\\n" in the
+# text into a line break, idna raised on a long line); rot-13 and utf-7 are meaningless here.
+_NOT_CHARSETS = frozenset(("utf-7", "rot-13", "unicode-escape", "raw-unicode-escape", "idna", "punycode", "undefined"))
+
+
+def _ascii_compatible(name: str) -> bool:
+    """Whether ASCII bytes decode as themselves (the markup of any page a browser can read)."""
+    probe = b"<meta charset=x> a-z 0-9.\n"
+    try:
+        return codecs.decode(probe, name) == probe.decode("ascii")
+    except Exception:  # LookupError, a codec that is not bytes-to-str
+        return False
 
 
 def _is_single_byte(codec: str) -> bool:

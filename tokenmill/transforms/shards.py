@@ -126,7 +126,7 @@ def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: 
     if not shards:
         import logging
 
-        logging.getLogger("tokenmill").warning("no documents survived: %s has an empty manifest and no shards", out)
+        logging.getLogger("tokenmill").warning("no documents survived: the manifest is empty and there are no shards")
     write_atomically(FileSystems.join(out, "manifest.json"), json.dumps(manifest, indent=2).encode("utf-8"))
     return manifest
 
@@ -142,6 +142,69 @@ def sha256_file(path: str, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _shard_file_problem(name) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "is not a file name"
+    parts = name.replace("\\", "/").split("/")
+    if "://" in name or name.startswith("/") or ".." in parts:
+        return "is not a path inside OUT"
+    return None
+
+
+def manifest_problem(manifest) -> str | None:
+    """What makes ``manifest`` no tokenmill manifest (its shape, not its files), or None. Checked
+    before any field is used, so a hand-edited or foreign manifest is one line, not a traceback."""
+    if not isinstance(manifest, dict):
+        return f"a JSON {type(manifest).__name__}, not an object"
+    tok = manifest.get("tokenizer")
+    if not isinstance(tok, dict):
+        return "no tokenizer object"
+    for key in ("vocab_size", "eos_id"):
+        if not _whole(tok.get(key)):
+            return f"tokenizer.{key} is {tok.get(key)!r}, not a whole number"
+    if not isinstance(tok.get("sha256"), str):
+        return "tokenizer.sha256 is not a string"
+    if "file" in tok and (why := _shard_file_problem(tok["file"])):
+        return f"tokenizer.file {tok['file']!r} {why}"
+    for key in ("format_version", "token_dtype"):
+        if key not in manifest:
+            return f"no {key}"
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict) or not {"train", "val"} <= splits.keys():
+        return "no splits object with train and val"
+    for split, info in splits.items():
+        if not isinstance(info, dict) or not isinstance(info.get("shards"), list):
+            return f"splits.{split} has no list of shards"
+        for key in ("docs", "tokens"):
+            if not _whole(info.get(key)):
+                return f"splits.{split}.{key} is {info.get(key)!r}, not a whole number"
+        for i, sh in enumerate(info["shards"]):
+            where = f"splits.{split}.shards[{i}]"
+            if not isinstance(sh, dict):
+                return f"{where} is not an object"
+            if why := _shard_file_problem(sh.get("file")):
+                return f"{where}.file {sh.get('file')!r} {why}"
+            for key in ("docs", "tokens", "bytes"):
+                if not _whole(sh.get(key)):
+                    return f"{where}.{key} is {sh.get(key)!r}, not a whole number"
+            if not isinstance(sh.get("sha256"), str):
+                return f"{where}.sha256 is not a string"
+    return None
+
+
+def check_manifest(out: str, manifest) -> dict:
+    from tokenmill.errors import UserError
+
+    if problem := manifest_problem(manifest):
+        raise UserError(f"{FileSystems.join(out, 'manifest.json')}: {problem}; this is no manifest "
+                        "`tokenmill prepare` wrote (re-run it)")
+    return manifest
+
+
 def load_manifest(out: str) -> dict:
     path = FileSystems.join(out, "manifest.json")
     try:
@@ -151,7 +214,7 @@ def load_manifest(out: str) -> dict:
         from tokenmill.errors import UserError
 
         raise UserError(f"{path}: missing or not valid JSON (did `tokenmill prepare` finish?)") from None
-    return manifest
+    return check_manifest(out, manifest)
 
 
 def verify_output(out: str, manifest: dict) -> list[str]:

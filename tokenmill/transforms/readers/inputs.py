@@ -120,7 +120,7 @@ def scan_inputs(patterns: list[str], exclude: Sequence[str] = ()) -> InputScan:
             pattern = os.path.normpath(given)  # ./x and a/../a/x are x: one id
             root, found = _local_entries(pattern, excluded, skipped)
         if not found:
-            raise UserError(f"input not found: {given}")
+            raise UserError(_not_found(given, pattern, excluded))
         named = len(found) == 1 and found[0][0] == pattern
         taken = 0
         for path, real, size, why in found:
@@ -139,6 +139,15 @@ def scan_inputs(patterns: list[str], exclude: Sequence[str] = ()) -> InputScan:
     if skipped:
         log.warning("inputs: not read: %s", ", ".join(f"{n} {why}" for why, n in sorted(skipped.items())))
     return InputScan(sorted(files.values(), key=lambda f: f.path), dict(skipped))
+
+
+def _not_found(given: str, pattern: str, excluded: list[str]) -> str:
+    """The error for an input that gave no file: an existing folder is not "not found"."""
+    if "://" in given or not os.path.isdir(pattern):
+        return f"input not found: {given}"
+    if _under(os.path.realpath(pattern), excluded):
+        return f"input {given}: {_SKIPS['output_folder']} (choose another --output)"
+    return f"input {given}: a folder with no files in it"
 
 
 _Entry = tuple[str, str, int, str | None]  # path as found, real path, size, why it is skipped
@@ -166,7 +175,9 @@ def _match(pattern: str) -> list[tuple[str, int]]:
 def _local_entries(pattern: str, excluded: list[str], skipped: Counter[str]) -> tuple[str, list[_Entry]]:
     """The local paths ``pattern`` names, with Beam's glob syntax (``*`` within a folder,
     ``**`` across folders), without folders."""
-    if any(ch in GLOB_CHARS for ch in pattern):
+    # A name that exists as it is written is that file or folder, whatever its characters
+    # (a file named "a[1].jsonl" would otherwise be a glob that does not match itself).
+    if any(ch in GLOB_CHARS for ch in pattern) and not os.path.lexists(pattern):
         root = _glob_root(pattern)
         match = re.compile(FileSystem.translate_pattern(pattern)).match
         below = pattern if root == "." else pattern[len(root) :].lstrip("/")

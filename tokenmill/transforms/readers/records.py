@@ -26,14 +26,32 @@ from .streams import (
 )
 from .tasks import Unit
 
+# Python codecs that are no charset a document is written in: they turn a backslash, a dot or
+# a hyphen of plain text into something else.
+_NOT_CHARSETS = frozenset(("unicode-escape", "raw-unicode-escape", "idna", "punycode", "undefined"))
+
 
 def _codec(charset: str) -> str | None:
-    """Python's name for a charset label, or None when it names no text encoding."""
+    """Python's name for a charset label, or None when it names no text encoding, or one in which
+    ASCII is not ASCII (EBCDIC's cp037/cp500: a label no browser honours, and it turns a page of
+    Latin-1 into garbage that would be kept as text). UTF-16 and -32 are the exceptions."""
     try:
         info = codecs.lookup(charset)
     except (LookupError, ValueError, TypeError):
         return None
-    return info.name if getattr(info, "_is_text_encoding", True) else None
+    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_CHARSETS:
+        return None
+    if not info.name.startswith(("utf-16", "utf-32")) and not _ascii_compatible(info.name):
+        return None
+    return info.name
+
+
+def _ascii_compatible(name: str) -> bool:
+    probe = b"<p>Text: a-z, 0-9.</p>\n"
+    try:
+        return probe.decode(name) == probe.decode("ascii")
+    except (UnicodeError, LookupError):
+        return False
 
 
 def _decode_text(data: bytes, charset: str | None) -> tuple[str | None, str | None]:
@@ -122,22 +140,39 @@ def read_jsonl(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
             yield _broken(f"{f.rel}:{pos}", f, "inflate_limit", _InflateLimit(f"inflates past {limit} bytes"))
 
 
+# Rows per Arrow batch: a batch is decoded whole (and then made Python objects), so this many
+# cells of up to max_record_bytes are held at once.
+_PARQUET_BATCH = 64
+
+
 def read_parquet(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
+    """Rows of a row-group range. Dictionary and RLE encoding make Parquet a compressed format
+    too (one 1 MB string repeated 2,000 times is a 5 KB file), so the text read is held to the
+    inflate limit; past it the rest of the unit is one row, read:inflate_limit."""
     import pyarrow.parquet as pq
 
     f = unit.file
     row = unit.first_row
+    limit, inflated = _inflate_limit(f, cfg), 0
     try:
         with _open_raw(f.path) as fh:
             pf = pq.ParquetFile(fh)
             wanted = {cfg.id_field, cfg.url_field, cfg.text_field, cfg.html_field} - {None}
             columns = [c for c in pf.schema_arrow.names if c in wanted]
-            if cfg.text_field not in columns and (cfg.html_field or "") not in columns:
-                yield new_doc(f"{f.rel}:{row}", f.path, dropped_by="read:no_text_field")
-                return
             groups = list(range(unit.start, unit.end or pf.metadata.num_row_groups))
-            for batch in pf.iter_batches(batch_size=1024, row_groups=groups, columns=columns):
+            if not columns:  # not even an id: each row still gets its row (read:no_text_field)
+                for _ in range(sum(pf.metadata.row_group(g).num_rows for g in groups)):
+                    yield new_doc(f"{f.rel}:{row}", f.path, dropped_by="read:no_text_field")
+                    row += 1
+                return
+            for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=columns):
                 for obj in batch.to_pylist():
+                    inflated += sum(len(v) for v in (obj.get(cfg.text_field), obj.get(cfg.html_field or ""))
+                                    if isinstance(v, (str, bytes)))
+                    if inflated > limit:
+                        yield _broken(f"{f.rel}:{row}", f, "inflate_limit",
+                                      _InflateLimit(f"its text passes {limit} bytes"))
+                        return
                     yield _record_from_mapping(obj, cfg, f"{f.rel}:{row}", f.path)
                     row += 1
     except Exception as e:  # a corrupt page or footer: keep what was read, say where it broke
