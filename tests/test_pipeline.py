@@ -167,3 +167,20 @@ def test_beam_metrics_count_stages_and_reasons(tmp_path):
     assert counters["read.records"] == 2
     assert counters["dropped.read:invalid_json"] == 1
     assert counters["language.in"] == 1 and counters["language.out"] == 1
+
+
+def test_a_rerun_replaces_only_its_own_files(tmp_path):
+    """OUT may be a folder that holds the user's own files (a project's docs/): a run replaces
+    what tokenmill wrote there and nothing else, and leaves no stage folder behind."""
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "The library opens at nine and closes at five on weekdays."}) + "\n")
+    out = tmp_path / "out"
+    (out / "docs").mkdir(parents=True)
+    (out / "docs" / "index.md").write_text("mine")
+    (out / "shards").mkdir()
+    (out / "shards" / "notes.bin").write_bytes(b"mine")
+    for _ in range(2):
+        rc, rows, _ = run_prepare(out, [src], sets=["quality.enabled=false", "tokenize.vocab_size=300"])
+        assert rc == 0 and [r["id"] for r in rows] == ["a"]
+    assert (out / "docs" / "index.md").read_text() == "mine" and (out / "shards" / "notes.bin").read_bytes() == b"mine"
+    assert not [p for p in out.iterdir() if p.name.startswith((".tokenmill-stage-", ".tokenmill-old-"))]
