@@ -12,6 +12,7 @@ from conftest import by_id, run_prepare, shared
 
 from tokenmill.config import load_config
 from tokenmill.pipelines import prepare
+from tokenmill.pipelines.inspect import inspect_output
 from tokenmill.transforms.doc import docs_schema
 
 STAGE_REASON = r"^(read|extract|normalize|language|quality|dedup):[a-z0-9_]+$"
@@ -184,3 +185,25 @@ def test_a_rerun_replaces_only_its_own_files(tmp_path):
         assert rc == 0 and [r["id"] for r in rows] == ["a"]
     assert (out / "docs" / "index.md").read_text() == "mine" and (out / "shards" / "notes.bin").read_bytes() == b"mine"
     assert not [p for p in out.iterdir() if p.name.startswith((".tokenmill-stage-", ".tokenmill-old-"))]
+
+
+def test_a_publish_cut_short_is_finished_by_the_next_run(tmp_path):
+    """A run killed while it moved its files into OUT: the next run finishes that publish before
+    it starts, so OUT is never left half old, half new (here the next run then fails early)."""
+    from tokenmill.pipelines import output
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "The library opens at nine and closes at five on weekdays."}) + "\n")
+    out = tmp_path / "out"
+    assert run_prepare(out, [src], sets=["quality.enabled=false", "tokenize.vocab_size=300"])[0] == 0
+    first = (out / "manifest.json").read_bytes()
+    # A second, successful run whose publish died after the old files went out (SIGKILL).
+    stage = out / (output.STAGE_PREFIX + "cut")
+    shutil.copytree(out, stage, ignore=shutil.ignore_patterns(".tokenmill*"))
+    (stage / output.COMPLETE).write_text("")
+    old = out / (output.OLD_PREFIX + "cut")
+    old.mkdir()
+    (out / "manifest.json").rename(old / "manifest.json")
+    output.remove_leftovers(str(out))
+    assert (out / "manifest.json").read_bytes() == first and inspect_output(str(out)) == 0
+    assert not [p for p in out.iterdir() if p.name.startswith((output.STAGE_PREFIX, output.OLD_PREFIX))]

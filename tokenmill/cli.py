@@ -27,6 +27,9 @@ def _quiet_logging() -> None:
     # wants tokenmill's own warnings (bad records, broken files) and real errors.
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tokenmill").setLevel(logging.WARNING)
+    # A failed step is logged by Beam with its traceback (and re-logged from each worker); the
+    # error that ends the run says it in one line (prepare._failure).
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
 def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -95,6 +98,7 @@ def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
 
 def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     import os
+    import time
 
     from tokenmill.trainer.config import load_train_config
 
@@ -108,6 +112,7 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     except UserError:
         # Under torchrun every rank hits the same error: one line from rank 0 is enough.
         if int(os.environ.get("RANK", "0")) != 0:
+            time.sleep(2)  # torchrun kills the other ranks when one exits: let rank 0 print first
             return 2
         raise
 

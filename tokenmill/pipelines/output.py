@@ -30,6 +30,7 @@ OWNED = ("manifest.json", "inputs.jsonl", "tokenizer.json", "report/report.json"
 STAGE_PREFIX = ".tokenmill-stage-"
 OLD_PREFIX = ".tokenmill-old-"
 LOCK_NAME = ".tokenmill.lock"
+COMPLETE = ".complete"  # in a stage folder: the run succeeded and its publish began
 
 
 def _local(out: str) -> bool:
@@ -88,11 +89,19 @@ def _move(src: str, dst: str) -> None:
 
 
 def remove_leftovers(out: str) -> None:
-    """Stage and old folders of runs that were killed before they could clean up."""
-    if _local(out) and os.path.isdir(out):
-        for name in os.listdir(out):
-            if name.startswith((STAGE_PREFIX, OLD_PREFIX)):
-                _remove(os.path.join(out, name))
+    """Folders of runs killed before they could clean up. A stage marked complete was being
+    published when its run died: the publish is finished (the previous output is already partly
+    replaced); any other stage is an unfinished run's and is removed, as are old folders."""
+    if not (_local(out) and os.path.isdir(out)):
+        return
+    names = sorted(os.listdir(out))
+    for name in names:
+        stage = os.path.join(out, name)
+        if name.startswith(STAGE_PREFIX) and os.path.exists(os.path.join(stage, COMPLETE)):
+            _move_in(stage, out)
+    for name in names:
+        if name.startswith((STAGE_PREFIX, OLD_PREFIX)):
+            _remove(os.path.join(out, name))
 
 
 def new_stage(out: str) -> str:
@@ -107,16 +116,28 @@ def discard(stage: str) -> None:
         _remove(stage)
 
 
+def _staged(stage: str) -> list[str]:
+    if not _local(stage):
+        return _files(stage, ("**",))
+    return sorted(os.path.relpath(os.path.join(d, f), stage) for d, _, fs in os.walk(stage) for f in fs)
+
+
+def _move_in(stage: str, out: str) -> None:
+    """Every staged file into OUT, the manifest last."""
+    for rel in sorted(_staged(stage), key=lambda r: r == "manifest.json"):
+        if rel != COMPLETE:
+            _move(FileSystems.join(stage, rel), FileSystems.join(out, rel))
+
+
 def publish(stage: str, out: str) -> None:
     """Replace OUT's previous output by the staged one, file by file. The previous manifest goes
     first and the new one comes last, so no reader ever finds a manifest beside another run's
-    shards."""
+    shards. The stage is marked complete first: a run killed half-way is finished by the next."""
+    with FileSystems.create(FileSystems.join(stage, COMPLETE)) as fh:
+        fh.write(b"")
     old = FileSystems.join(out, OLD_PREFIX + uuid.uuid4().hex[:8])
     for rel in _files(out, OWNED):
         _move(FileSystems.join(out, rel), FileSystems.join(old, rel))
-    new = _files(stage, ("**",)) if not _local(stage) else sorted(
-        os.path.relpath(os.path.join(d, f), stage) for d, _, fs in os.walk(stage) for f in fs)
-    for rel in sorted(new, key=lambda r: r == "manifest.json"):  # the manifest last
-        _move(FileSystems.join(stage, rel), FileSystems.join(out, rel))
+    _move_in(stage, out)
     discard(old)
     discard(stage)

@@ -78,7 +78,8 @@ def read_tokenizer_json(path: str) -> str:
         with FileSystems.open(path) as fh:
             data = fh.read()
     except Exception as e:
-        why = "no such file" if isinstance(e, FileNotFoundError) or not FileSystems.exists(path) else str(e)
+        why = ("no such file" if isinstance(e, FileNotFoundError) or not FileSystems.exists(path)
+               else getattr(e, "strerror", None) or str(e))  # "Is a directory", not the errno and path again
         raise UserError(f"tokenize.tokenizer: cannot read {path} ({why})") from None
     try:
         return data.decode("utf-8")

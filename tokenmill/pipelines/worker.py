@@ -1,0 +1,51 @@
+"""The SDK worker process of ``--direct_running_mode=multi_processing``: Beam's own
+(``apache_beam.runners.worker.sdk_worker_main``), started the way the launcher needs it
+(prepare._runner).
+
+* Ctrl-C reaches every process of the terminal's process group, the workers too. The launcher
+  handles it (one line, the stage folder removed) and ends its workers itself (SIGTERM); a worker
+  that took it would print a KeyboardInterrupt traceback, wherever it was (often mid-import).
+  The launcher's command ignores SIGINT before exec already, so Python never installs its
+  handler; ignoring it here as well covers a worker started some other way.
+* Beam's worker logs at INFO to stderr (and prints a failed bundle's traceback there); the
+  launcher already reports a failed bundle in one line. Its stderr keeps what the launcher
+  shows too: tokenmill's warnings and real errors. Every record still reaches the launcher
+  through the Fn API logging channel.
+"""
+
+from __future__ import annotations
+
+import signal
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def _shown(record: logging.LogRecord) -> bool:
+    if record.name == "tokenmill" or record.name.startswith("tokenmill."):
+        return record.levelno >= logging.WARNING
+    if record.name.startswith("apache_beam"):  # a failed bundle: the launcher says it in one line
+        return record.levelno >= logging.CRITICAL
+    return record.levelno >= logging.ERROR
+
+
+def main() -> None:
+    # Before Beam's imports: one of them logs a warning on the root logger, which would give it
+    # a handler printing everything Beam logs at INFO.
+    handler = logging.StreamHandler(os.fdopen(os.dup(2), "w", buffering=1))
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_shown)
+    logging.getLogger().addHandler(handler)
+    # Beam prints the traceback of a failed bundle straight to sys.stderr, besides logging it.
+    sys.stderr = open(os.devnull, "w")  # for the life of the process
+
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sdk_worker_main.main(sys.argv)
+
+
+if __name__ == "__main__":
+    main()
