@@ -37,3 +37,16 @@ def run_prepare(out: Path, inputs: list, sets: list[str] = (), extra: list[str] 
 
 def by_id(rows: list[dict]) -> dict[str, dict]:
     return {r["id"]: r for r in rows}
+
+
+def read_all(path, cfg=None) -> list[dict]:
+    """Every record the readers give for ``path`` (a file or folder), planned and read as a worker would."""
+    from tokenmill.config import ReadConfig
+    from tokenmill.transforms.readers import plan_units, read_unit, resolve_inputs
+
+    cfg = cfg or ReadConfig()
+    out = []
+    for f in resolve_inputs([str(path)]):
+        for unit in plan_units(f, cfg):
+            out.extend([unit] if isinstance(unit, dict) else read_unit(unit, cfg))
+    return out

@@ -5,6 +5,7 @@ Runs that check stderr run `tokenmill` as a separate process: what a user sees t
 what Beam and its worker processes log, which an in-process run under pytest would hide.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -55,6 +56,17 @@ def start_prepare(out: Path, inputs: list, *args: str) -> subprocess.Popen:
         argv += ["--input", str(i)]
     return subprocess.Popen(argv + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen):
+    """Whatever a test asserts, a run it started does not outlive it."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def wait_for(what, timeout: float = 60, proc: subprocess.Popen | None = None):
@@ -196,7 +208,7 @@ def test_a_second_run_into_a_busy_output_is_refused(tmp_path, data, fast, capsys
     _, small, big = data
     out = tmp_path / "out"
     first = start_prepare(out, [big], *fast)
-    try:
+    with reaped(first):
         wait_for(lambda: lock_pid(out) == first.pid, proc=first)
         # In-process: it reaches the lock at once, while the first run surely holds it.
         rc = main(["prepare", "--output", str(out), "--input", str(small), *fast])
@@ -204,10 +216,6 @@ def test_a_second_run_into_a_busy_output_is_refused(tmp_path, data, fast, capsys
         assert rc == 2 and "in use" in line and f"pid {first.pid}" in line
         assert first.poll() is None, "the first run ended before the second was refused"
         _, err = first.communicate(timeout=120)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
     assert first.returncode == 0, err
     assert leftovers(out) == [] and inspect_output(str(out)) == 0
     assert len(doc_ids(out)) == 2500
@@ -269,16 +277,12 @@ def test_ctrl_c_is_one_line_and_keeps_the_previous_output(mode, to, previous, da
     _, _, big = data
     before = snapshot(previous)
     run = start_prepare(previous, [big], *fast, *(MULTI if mode == "multi_processing" else []))
-    try:
+    with reaped(run):
         wait_for(lambda: stage_started(previous), proc=run)
         time.sleep(1.0 if mode == "multi_processing" else 0.5)  # workers started, bundles running
         assert run.poll() is None
         (os.killpg if to == "group" else os.kill)(run.pid, signal.SIGINT)
         out, err = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
     assert run.returncode == 130, err
     assert "Traceback" not in err and [ln for ln in err.splitlines() if ln.strip()] == ["tokenmill: interrupted"], err
     assert leftovers(previous) == [] and snapshot(previous) == before

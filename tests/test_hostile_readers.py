@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import run_prepare
+from conftest import read_all, run_prepare
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -30,15 +30,6 @@ from tokenmill.transforms.readers import (
     scan_inputs,
     write_input_list,
 )
-
-
-def read_all(path, cfg=None):
-    cfg = cfg or ReadConfig()
-    out = []
-    for f in resolve_inputs([str(path)]):
-        for unit in plan_units(f, cfg):
-            out.extend([unit] if isinstance(unit, dict) else read_unit(unit, cfg))
-    return out
 
 
 def rows(docs):

@@ -9,22 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import shared
+from conftest import read_all, shared
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from tokenmill.config import ReadConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.readers import Unit, detect_format, plan_units, read_unit, resolve_inputs
-
-
-def read_all(path, cfg=None):
-    cfg = cfg or ReadConfig()
-    out = []
-    for f in resolve_inputs([str(path)]):
-        for unit in plan_units(f, cfg):
-            out.extend([unit] if isinstance(unit, dict) else read_unit(unit, cfg))
-    return out
 
 
 def test_detect_format():
