@@ -94,3 +94,15 @@ def test_trainer_floats_must_be_finite(tmp_path, capsys, item):
     assert main(["train", "--data", out, "--run", str(tmp_path / "run"), "--set", item]) == 2
     assert "finite number" in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
+
+
+def test_empty_output_and_a_foreign_report_are_one_line(tmp_path, capsys):
+    from tokenmill.cli import main
+
+    assert main(["prepare", "--output", ""]) == 2
+    assert capsys.readouterr().err.strip() == "tokenmill: error: --output: an empty path"
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.json").write_text("[1, 2]")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a tokenmill report" in err

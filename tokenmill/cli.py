@@ -42,7 +42,9 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         cfg.inputs = args.input
     if not cfg.inputs:
         cfg.inputs = sample_inputs()
-    if args.output:
+    if args.output is not None:
+        if not args.output.strip():
+            raise UserError("--output: an empty path")
         cfg.output = args.output
     console = Console(stderr=True)
     from tokenmill.pipelines import prepare
@@ -61,9 +63,12 @@ def _load_report(path: str) -> dict:
 
     try:
         with FileSystems.open(path) as fh:
-            return json.loads(fh.read().decode("utf-8"))
+            report = json.loads(fh.read().decode("utf-8"))
     except Exception:
         raise UserError(f"no readable report at {path} (did `tokenmill prepare` finish?)") from None
+    if not isinstance(report, dict) or not isinstance(report.get("documents"), dict):
+        raise UserError(f"{path}: not a tokenmill report (re-run `tokenmill prepare`)")
+    return report
 
 
 def _print_report(report_path: str, console) -> None:
