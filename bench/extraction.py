@@ -133,7 +133,7 @@ DATASETS: dict[str, Callable[[Path], list[Page]]] = {
 
 
 def make_tokenmill():
-    from tokenmill.transforms.html import extract_html
+    from tokenmill.transforms.extract import extract_html
 
     return lambda raw: extract_html(raw).text
 

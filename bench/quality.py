@@ -25,7 +25,7 @@ def main() -> int:
         print(f"skip: {pages_root} not found (set TOKENMILL_SHARED_DATA)")
         return 0
     from tokenmill.config import load_config
-    from tokenmill.transforms.html import extract_html
+    from tokenmill.transforms.extract import extract_html
     from tokenmill.transforms.langid import default_model_path, load_model, predict
     from tokenmill.transforms.normalize import normalize_text
     from tokenmill.transforms.quality import first_failure, signals

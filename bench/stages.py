@@ -6,7 +6,7 @@ speed on the same documents. For every stage this script times, on the same docu
 - bare: the library (or tokenmill's pure core) called in a plain Python loop:
 
   ========  ==========================================================================
-  extract   ``tokenmill.transforms.html.extract_html`` (our extractor on lxml)
+  extract   ``tokenmill.transforms.extract.extract_html`` (our extractor on lxml)
   normalize ``ftfy.fix_text(text, fix_character_width=False)``, and the core ``normalize_text``
   language  fastText ``model.predict(one-line prefix, k=1)`` (tokenmill's model loader)
   quality   ``signals`` + ``first_failure``
@@ -95,8 +95,7 @@ from tokenmill.transforms.dedup import (  # noqa: E402
     union_find_components,
 )
 from tokenmill.transforms.doc import new_doc  # noqa: E402
-from tokenmill.transforms.extract import ExtractFn  # noqa: E402
-from tokenmill.transforms.html import extract_html  # noqa: E402
+from tokenmill.transforms.extract import ExtractFn, extract_html  # noqa: E402
 from tokenmill.transforms.langid import LanguageFn, load_model, model_text, predict, resolve_model_path  # noqa: E402
 from tokenmill.transforms.normalize import NormalizeFn, normalize_text  # noqa: E402
 from tokenmill.transforms.pii import PiiFn, redact  # noqa: E402

@@ -509,7 +509,7 @@ def test_parquet_without_a_text_column_gives_every_row_its_row(tmp_path):
 
 @pytest.mark.parametrize("label", ["cp037", "cp500", "unicode_escape", "raw_unicode_escape", "idna", "hex"])
 def test_charset_labels_that_are_no_web_charset_are_ignored(label, tmp_path):
-    from tokenmill.transforms.html import extract_html
+    from tokenmill.transforms.extract import extract_html
     from tokenmill.transforms.readers.records import _decode_text
 
     words = "Caf\xe9 na\xefve r\xe9sum\xe9: the quiet river runs past the old mill at C:\\new folder."

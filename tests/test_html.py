@@ -1,4 +1,4 @@
-"""Tests of the HTML main-text extraction core (tokenmill.transforms.html)."""
+"""Tests of the HTML main-text extraction core (tokenmill.transforms.extract)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.transforms.html import Extracted, decode_html, extract_html
+from tokenmill.transforms.extract import Extracted, decode_html, extract_html
 
 ARTICLE = [
     "The river rose three metres overnight, flooding the lower town and forcing hundreds of families "
@@ -326,7 +326,7 @@ def test_a_tag_with_a_huge_number_of_attributes_is_bounded(attr):
 
 
 def test_attribute_cap_leaves_ordinary_pages_byte_identical():
-    from tokenmill.transforms.html import _cap_attributes
+    from tokenmill.transforms.extract.tree import _cap_attributes
 
     page = PAGE.encode() + b'<a href="x" title="a > b" data-x=\'<y z>\'>link</a><script>if (a<b) c = "d"</script>'
     assert _cap_attributes(page) is page

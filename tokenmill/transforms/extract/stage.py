@@ -1,8 +1,7 @@
 """The extract stage: records that carry raw HTML get their main text; text records pass.
 
-The HTML algorithm itself lives in ``tokenmill.transforms.html`` (a pure function); this
-module is its thin Beam wrapper and the place that turns its result into a drop reason.
-"""
+The HTML algorithm itself is ``extract_html`` in ``core`` (a pure function); this module is its
+thin Beam wrapper and the place that turns its result into a drop reason."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ def extract_doc(doc: dict, cfg: ExtractConfig) -> dict:
         return doc if doc.get("text") else drop(doc, "extract", "no_text")
     if not cfg.enabled:
         return drop(doc, "extract", "disabled")
-    from tokenmill.transforms.html import extract_html  # lxml import only where HTML is met
+    from .core import extract_html  # lxml import only where HTML is met
 
     res = extract_html(html, encoding_hint=doc.get("encoding"), url=doc.get("url"),
                        max_bytes=cfg.max_html_bytes, timeout_s=cfg.timeout_s, include_title=cfg.include_title)

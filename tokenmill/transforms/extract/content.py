@@ -1,0 +1,180 @@
+"""The blocks of the main content: the chosen nodes cleaned of link lists and negatively named
+boxes, Readability's retries with fewer filters, and line-level polish."""
+
+from __future__ import annotations
+
+import re
+
+from .deadline import _check
+from .score import _Aggregates, _ancestors, _choose, _score
+from .walk import _HEADINGS, _Page
+
+_CLEAN_TAGS = frozenset("div section ul ol dl table form fieldset header figure details center".split())
+# Less text than this means "try again with fewer filters" (Readability uses 500; measured, 200
+# keeps short articles from being swapped for their page's boilerplate).
+_CHAR_THRESHOLD = 200
+_LEAD_MIN = 80  # shortest paragraph taken from the article's lead (shorter: bylines, dates, kickers)
+
+
+def _clean(
+    pg: _Page,
+    ag: _Aggregates,
+    scores: dict[int, float],
+    chosen: set[int],
+    keep: set[int],
+    inside: list[bool],
+    use_weights: bool,
+) -> list[bool]:
+    """Readability's "clean conditionally": inside the content, drop boxes that look like
+    navigation, share bars, link lists or forms. Returns the dropped flag per node (inherited)."""
+    n = len(pg.tag)
+    tags, parents, weights = pg.tag, pg.parent, pg.weight
+    dropped = [False] * n
+    # A box that holds most of the content is the content (a link-rich post, a body in a
+    # "widget" wrapper), whatever its name or link density.
+    most = 0.6 * sum(ag.text[c] for c in chosen)
+    for i in range(n):
+        if not inside[i] or i in keep or ag.excluded[i]:
+            continue
+        p = parents[i]
+        if dropped[p]:
+            dropped[i] = True
+            continue
+        if ag.text[i] >= most:
+            continue
+        tag = tags[i]
+        weight = weights[i] if use_weights else 0
+        if tag in _HEADINGS:
+            # Headings named like boilerplate ("Related", "Comments") go; real ones stay.
+            dropped[i] = weight < 0 or ag.link_density(i) > 0.5
+            continue
+        if tag not in _CLEAN_TAGS and "-" not in tag:
+            continue
+        if weight + scores.get(i, 0.0) < 0:
+            dropped[i] = True
+            continue
+        if ag.commas[i] >= 10:
+            continue
+        length = ag.text[i]
+        ld = ag.link_density(i)
+        is_list = tag in ("ul", "ol") or (length and ag.listed[i] / length > 0.9)
+        n_p = ag.n_p[i]
+        heading_density = ag.heading[i] / length if length else 0.0
+        if (
+            (not is_list and ag.n_li[i] - 100 > n_p)
+            or (not is_list and heading_density < 0.9 and length < 25)
+            or (not is_list and weight < 25 and ld > 0.2)
+            or (weight >= 25 and ld > 0.5)
+            or (is_list and ld > 0.5)
+            or (tag == "form" and n_p < 3)
+        ):
+            dropped[i] = True
+    return dropped
+
+
+def _norm(s: str) -> str:
+    return " ".join(re.findall(r"\w+", s.lower()))
+
+
+def _title_heading(pg: _Page, title: str | None, kept: list[int]) -> int | None:
+    """Index of the block that repeats the page title (the article's headline), if any."""
+    if not title:
+        return None
+    t = _norm(title)
+    for j in kept:
+        if pg.tag[pg.b_node[j]] in _HEADINGS:
+            h = _norm(pg.b_text[j])
+            # "<h1>Headline</h1>" vs "<title>Headline - Site name</title>"
+            if h and (
+                h == t
+                or t.startswith(h)
+                or t.endswith(h)
+                or (len(h) > 20 and h in t)
+                or (len(t) > 20 and t in h)
+            ):
+                return j
+            return None  # only the first heading of the content can be the headline
+    return None
+
+
+def _attempt(pg: _Page, strip_unlikely: bool, use_weights: bool, clean: bool, deadline: float) -> list[int]:
+    """The blocks (indices) of the main content under one setting of the filters."""
+    ag = _Aggregates(pg, strip_unlikely)
+    scores = _score(pg, ag, use_weights, deadline)
+    parent, chosen, best, lead = _choose(pg, ag, scores)
+    _check(deadline)
+    n = len(pg.tag)
+    parents = pg.parent
+    inside = [False] * n
+    for i in range(n):
+        p = parents[i]
+        inside[i] = i in chosen or (p >= 0 and inside[p])
+    in_lead = [False] * n
+    if lead >= 0:
+        # Nodes inside the article that come before the first chosen node and do not contain it.
+        first = min(chosen)
+        on_path = set(_ancestors(pg, first))
+        for i in range(lead + 1, first):
+            if i not in on_path:
+                inside[i] = in_lead[i] = True
+    # The wrappers between the chosen nodes and the best candidate are part of the choice.
+    keep = chosen | {best} | set(_ancestors(pg, best))
+    dropped = _clean(pg, ag, scores, chosen, keep, inside, use_weights) if clean else [False] * n
+    excluded = ag.excluded
+    out = []
+    for j, node in enumerate(pg.b_node):
+        if excluded[node] or dropped[node]:
+            continue
+        if in_lead[node]:
+            # From the lead only subheadings and real paragraphs: not bylines, dates, kickers.
+            length = pg.b_len[j]
+            if (pg.tag[node] in _HEADINGS and length >= 10) or (
+                length >= _LEAD_MIN and pg.b_link[j] < 0.1 * length
+            ):
+                out.append(j)
+        elif inside[node]:
+            out.append(j)
+        elif node == parent and pg.b_len[j] > 80 and pg.b_link[j] < 0.25 * pg.b_len[j]:
+            out.append(j)  # loose text between the chosen siblings
+    return out
+
+
+def _main_blocks(pg: _Page, deadline: float) -> list[int]:
+    best: list[int] = []
+    best_len = -1
+    # Readability's retries: each step trusts the page's markup less.
+    for strip_unlikely, use_weights, clean in (
+        (True, True, True),
+        (False, True, True),
+        (False, False, True),
+        (False, False, False),
+    ):
+        blocks = _attempt(pg, strip_unlikely, use_weights, clean, deadline)
+        length = sum(pg.b_len[j] for j in blocks)
+        # A looser setting must find much more text to be believed: a little more is only the
+        # boilerplate it lets back in (on a page whose article is just short).
+        if length > 2 * best_len:
+            best, best_len = blocks, length
+        if best_len >= _CHAR_THRESHOLD:
+            break
+    return best
+
+
+_SHORT_LINK_LINE = 40
+_ESCAPED_TAG_RE = re.compile(r"^<[a-zA-Z/!][^<>]*>$")
+
+
+def _polish(pg: _Page, blocks: list[int]) -> list[int]:
+    """Line-level clean-up of the chosen blocks: a short line that is all link ("Back to top",
+    "Comment", "Print") is a control, not text; a line that is one escaped tag ("&lt;img ...>"
+    in the page's text) is markup; headings left at the end introduced a list that has been
+    removed ("Related articles")."""
+    out = [
+        j
+        for j in blocks
+        if not (pg.b_len[j] < _SHORT_LINK_LINE and pg.b_link[j] >= 0.9 * pg.b_len[j])
+        and not _ESCAPED_TAG_RE.match(pg.b_text[j])
+    ]
+    while out and pg.tag[pg.b_node[out[-1]]] in _HEADINGS:
+        out.pop()
+    return out

@@ -1,0 +1,115 @@
+"""The entry point: ``extract_html`` runs sniff, decode, parse, walk and content choice on one
+page under one deadline, and turns every failure into a reason."""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from dataclasses import dataclass
+
+from lxml import etree
+
+from .content import _main_blocks, _polish, _title_heading
+from .deadline import _check, _Timeout
+from .decode import decode_html
+from .sniff import _looks_binary, _looks_binary_text
+from .tree import _parse
+from .walk import _JUNK_TAGS, _walk
+
+
+@dataclass
+class Extracted:
+    # The main text, one line per paragraph / heading / list item / table row; None when dropped.
+    text: str | None
+    # None on success, else "too_large", "timeout", "binary_content", "no_text" or "parse_error".
+    reason: str | None
+    title: str | None = None
+    # The encoding that was used to decode the bytes (None for str input).
+    encoding: str | None = None
+
+
+def _get_title(root: etree._Element) -> str | None:
+    el = root.find("head/title")  # not an <svg><title> of the body
+    if el is None:
+        return None
+    return " ".join("".join(el.itertext()).split()) or None
+
+
+def _body(root: etree._Element) -> etree._Element:
+    for el in root.iter("body"):
+        return el
+    return root
+
+
+def _nfc(text: str | None) -> str | None:
+    """Composed Unicode (NFC): the same word is then the same code points whatever the page's
+    editor produced (decomposed accents and Bengali nukta are common)."""
+    if text and not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        return unicodedata.normalize("NFC", text)
+    return text
+
+
+def extract_html(
+    raw: bytes | str,
+    *,
+    encoding_hint: str | None = None,
+    url: str | None = None,
+    max_bytes: int = 5_000_000,
+    timeout_s: float = 5.0,
+    include_title: bool = False,
+) -> Extracted:
+    """The main text of one HTML page. Never raises; see the package docstring.
+
+    ``encoding_hint`` is the charset from the HTTP header, if any. ``max_bytes`` bounds the
+    input (characters for a str), ``timeout_s`` the whole call. ``url`` is accepted for the
+    pipeline's sake (and for future per-URL rules); the extraction does not use it. The title
+    is always returned in ``title``; with ``include_title`` it is also the first line of text
+    (otherwise a headline that repeats it is left out of the text, as it is metadata).
+    """
+    deadline = time.monotonic() + timeout_s
+    encoding = None
+    title = None
+    try:
+        if raw is None:
+            return Extracted(None, "no_text")
+        if len(raw) > max_bytes:
+            return Extracted(None, "too_large")
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            raw = bytes(raw)
+            if _looks_binary(raw):
+                return Extracted(None, "binary_content")
+            text, encoding = decode_html(raw, encoding_hint)
+        elif isinstance(raw, str):
+            text = raw
+            if _looks_binary_text(text):
+                return Extracted(None, "binary_content")
+        else:
+            return Extracted(None, "parse_error")
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        if not text or text.isspace():
+            return Extracted(None, "no_text", encoding=encoding)
+        _check(deadline)
+        root = _parse(text, deadline)
+        if root is None:
+            return Extracted(None, "no_text", encoding=encoding)
+        _check(deadline)
+        title = _get_title(root)
+        etree.strip_elements(root, *_JUNK_TAGS, with_tail=False)
+        body = _body(root)
+        pg = _walk(body, deadline)
+        blocks = _main_blocks(pg, deadline)
+        headline = _title_heading(pg, title, blocks)
+        if headline is not None:
+            title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
+            blocks = [j for j in blocks if j != headline]
+        lines = [pg.b_text[j] for j in _polish(pg, blocks)]
+        if include_title and title:
+            lines.insert(0, title)
+        if not lines:
+            return Extracted(None, "no_text", title=title, encoding=encoding)
+        return Extracted(_nfc("\n".join(lines)), None, title=_nfc(title), encoding=encoding)
+    except _Timeout:
+        return Extracted(None, "timeout", title=title, encoding=encoding)
+    except Exception:  # noqa: BLE001 - the contract: a parser failure is a reason, never a crash
+        return Extracted(None, "parse_error", title=title, encoding=encoding)

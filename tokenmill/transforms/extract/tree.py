@@ -1,0 +1,162 @@
+"""Parsing text into an lxml tree: libxml2's HTML parser behind an attribute cap, and a flat
+fallback builder, capped in depth, for the pages libxml2 gives up on."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser as _StdlibTokenizer
+
+from lxml import etree
+
+from .deadline import _check
+from .walk import _INLINE
+
+_MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
+
+
+class _FlatTreeBuilder(_StdlibTokenizer):
+    """Builds an lxml tree from a flat tag stream, never nesting deeper than _MAX_FLAT_DEPTH.
+
+    Used only when libxml2 gives up on a page (its depth limit); it has no recursion anywhere:
+    the tokenizer is flat and the open elements are an explicit stack. Tags opened beyond the
+    cap are not created (their text goes to the deepest element, block tags as a line break).
+    Everything is linear in the input: the last child of each open element is remembered (lxml's
+    len() and [-1] walk the children) and text is joined once, when the next tag comes.
+    """
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = etree.Element("html")
+        self.stack = [self.root]  # open elements
+        self.last = [None]  # the last child of each open element
+        self.pending: list[str] = []  # text since the last tag
+        self.overflow = 0  # tags opened beyond the cap and not yet closed
+
+    def _flush_text(self) -> None:
+        if self.pending:
+            text = "".join(self.pending).translate(_XML_UNSAFE)
+            self.pending.clear()
+            last = self.last[-1]
+            if last is None:
+                self.stack[-1].text = (self.stack[-1].text or "") + text
+            else:
+                last.tail = (last.tail or "") + text
+
+    def _child(self, tag: str) -> etree._Element:
+        self._flush_text()
+        el = etree.SubElement(self.stack[-1], tag)
+        self.last[-1] = el
+        return el
+
+    def _pop_to(self, k: int) -> None:
+        self._flush_text()
+        del self.stack[k:]
+        del self.last[k:]
+
+    def handle_starttag(self, tag, attrs):
+        if not _TAG_OK.match(tag) or (
+            tag in ("html", "head", "body") and any(el.tag == tag for el in self.stack[:3])
+        ):
+            return
+        if tag in _VOID:
+            if tag == "br":
+                self._child("br")
+            return
+        if tag in ("p", "li", "dt", "dd", "tr", "td", "th", "option") and self.overflow == 0:
+            # The implicit end tags that matter for depth: a new <p>/<li>/<td> closes the last one.
+            for k in range(len(self.stack) - 1, max(0, len(self.stack) - 4), -1):
+                if self.stack[k].tag == tag:
+                    self._pop_to(k)
+                    break
+        if len(self.stack) >= _MAX_FLAT_DEPTH:
+            self.overflow += 1
+            if tag not in _INLINE:
+                self._child("br")
+            return
+        el = self._child(tag)
+        for k, v in attrs:
+            if k in ("class", "id", "style", "hidden", "role", "aria-hidden", "itemprop"):
+                el.set(k, (v or "").translate(_XML_UNSAFE))
+        self.stack.append(el)
+        self.last.append(None)
+
+    def handle_startendtag(self, tag, attrs):
+        if tag == "br":
+            self._child("br")
+
+    def handle_endtag(self, tag):
+        if self.overflow:
+            self.overflow -= 1
+            return
+        for k in range(len(self.stack) - 1, 0, -1):
+            if self.stack[k].tag == tag:
+                self._pop_to(k)
+                return
+
+    def handle_data(self, data):
+        self.pending.append(data)
+
+    def close(self):
+        super().close()
+        self._flush_text()
+
+
+_TAG_OK = re.compile(r"^[a-z][a-z0-9_.-]*$")  # names lxml accepts (no namespace prefixes)
+# Control characters lxml refuses in text and attributes: dropped (NUL) or made spaces.
+_XML_UNSAFE = {c: " " for c in (*range(1, 9), 11, 12, *range(14, 32))} | {0: None}
+
+
+def _parse_flat(text: str, deadline: float) -> etree._Element:
+    builder = _FlatTreeBuilder()
+    for i in range(0, len(text), 65536):
+        builder.feed(text[i : i + 65536])
+        _check(deadline)
+    builder.close()
+    return builder.root
+
+
+# libxml2 checks each attribute of a tag against all earlier ones: parse time grows with the
+# square of a tag's attribute count (40,000 attributes: 11 s), in C, where no deadline reaches.
+# So a tag's attributes are capped before parsing. The patterns follow the HTML5 tokenizer (which
+# libxml2 >= 2.14 implements): a quote opens a value only after "=", so a tag ends where libxml2
+# ends it. Every quantifier is possessive and the sweep is one anchored match, so the scan is
+# linear whatever the input (~2 ns/byte); real pages never reach the cap.
+_MAX_ATTRS = 1000
+_WS = rb"\t\n\f\r "
+_ATTR = rb"(?:[%s/]*+[^%s/>][^%s/>=]*+(?:[%s]*+=[%s]*+(?:\"[^\"]*+\"?|'[^']*+'?|[^%s>]++))?+)" % ((_WS,) * 6)
+_TAG_HEAD = rb"<[A-Za-z][^%s/>]*+" % _WS
+# Skips tags under the cap and all other text; group 1 is the first tag at the cap, if any.
+_SWEEP = re.compile(rb"(?:%s%s{0,%d}+(?!%s)|[^<]++|<(?![A-Za-z]))*+(?:(%s%s{%d})|\Z)" % (
+    _TAG_HEAD, _ATTR, _MAX_ATTRS - 1, _ATTR, _TAG_HEAD, _ATTR, _MAX_ATTRS))
+_TAG_ATTRS = re.compile(rb"(%s%s{0,%d}+)%s*+" % (_TAG_HEAD, _ATTR, _MAX_ATTRS, _ATTR))
+
+
+def _cap_attributes(data: bytes) -> bytes:
+    """``data`` with every tag cut to its first _MAX_ATTRS attributes (the tag's ">" is kept)."""
+    if _SWEEP.match(data).group(1) is None:
+        return data
+    return _TAG_ATTRS.sub(rb"\1", data)
+
+
+def _parse(text: str, deadline: float) -> etree._Element | None:
+    parser = etree.HTMLParser(
+        remove_comments=True,
+        remove_pis=True,
+        huge_tree=True,
+        no_network=True,
+        collect_ids=False,
+        encoding="utf-8",
+    )
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates in a str input
+        data = text.encode("utf-8", "replace")
+    data = _cap_attributes(data)
+    # Bytes rather than str: lxml refuses str input that carries an XML encoding declaration.
+    root = etree.fromstring(data, parser)
+    if any(e.level_name == "FATAL" for e in parser.error_log):
+        # libxml2 stopped early (in practice: nesting deeper than 2048) and dropped the rest.
+        _check(deadline)
+        root = _parse_flat(text, deadline)
+    return root

@@ -1,0 +1,243 @@
+"""The one walk over the tree: block-level elements to flat lists of nodes and runs of text
+(``_Page``), hidden and junk elements skipped; everything afterwards works on these lists."""
+
+from __future__ import annotations
+
+import re
+
+from lxml import etree
+
+from .deadline import _check
+from .hints import _F_BOILERPLATE, _F_POSITIVE, _F_UNLIKELY, _UNLIKELY_ARTICLE_RE, _hints
+
+# Removed with their subtree before the walk (their tail text is kept). Forms are not here:
+# ASP.NET pages wrap the whole page in one. Nor are <nav>, <aside> and <footer>: broken markup
+# sometimes leaves the whole page inside one, so they are only "unlikely" (see _CHROME_TAGS).
+_JUNK_TAGS = (
+    *"""script style noscript template iframe frame frameset svg math canvas object embed applet video
+    audio source track picture img map area button input select option optgroup textarea datalist output
+    progress meter dialog link meta base head search figcaption""".split(),
+    etree.Comment,
+    etree.ProcessingInstruction,
+)
+# Inline tags: they never break a line. Everything else (including unknown / custom elements,
+# which are nearly always containers) is a block.
+_INLINE = frozenset(
+    "a abbr acronym b bdi bdo big blink cite code data del dfn em font i ins kbd label mark nobr q "
+    "rp rt rtc ruby s samp small span strike strong sub sup time tt u var wbr br".split()
+)
+_HEADINGS = frozenset("h1 h2 h3 h4 h5 h6".split())
+_CHROME_TAGS = frozenset("nav menu aside footer".split())
+
+_HIDDEN_STYLE_RE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+
+
+def _is_hidden_style(style: str) -> bool:
+    return ("none" in style or "hidden" in style) and _HIDDEN_STYLE_RE.search(style) is not None
+
+
+_HIDDEN_CLASSES = frozenset(
+    "hidden hide d-none sr-only visually-hidden visuallyhidden screen-reader-text screenreader-only "
+    "screen-reader-only element-invisible invisible is-hidden u-hidden a11y-hidden".split()
+)
+_UNLIKELY_ROLES = frozenset(
+    "navigation menu menubar menuitem complementary banner contentinfo dialog alertdialog search toolbar "
+    "tablist tooltip".split()
+)
+_POSITIVE_ITEMPROP = re.compile(r"articleBody|reviewBody|text", re.I)
+
+
+class _Page:
+    """The flat result of the walk: block-level elements ("nodes", in document order, so a
+    parent always has a smaller index than its children) and runs of text ("blocks")."""
+
+    __slots__ = (
+        "tag",
+        "parent",
+        "end",
+        "weight",
+        "flags",
+        "cls",
+        "b_text",
+        "b_node",
+        "b_len",
+        "b_link",
+        "b_commas",
+        "b_points",
+    )
+
+    def __init__(self):
+        self.tag: list[str] = []
+        self.parent: list[int] = []
+        self.end: list[int] = []  # last node index inside this node's subtree
+        self.weight: list[int] = []
+        self.flags: list[int] = []
+        self.cls: list[str] = []
+        self.b_text: list[str] = []  # normalised text; "\n" where a <br> broke the line
+        self.b_node: list[int] = []  # the innermost block element the text sits in
+        self.b_len: list[int] = []
+        self.b_link: list[float] = []  # characters of link text in the block
+        self.b_commas: list[int] = []
+        self.b_points: list[float] = []  # Readability's paragraph score (0 below 25 characters)
+
+
+_BR = "\x00"  # marks a <br> (or a newline inside <pre>) in the raw text; real NULs are removed
+
+
+_LENGTH_CAP = 3
+
+
+def _commas(text: str) -> int:
+    """Commas of prose: followed by a space in alphabetic scripts ("1,5" and "a,b,c" lists of a
+    rating widget are not prose), bare in CJK."""
+    return text.count(", ") + text.count("，") + text.count("、") + text.count("، ")
+
+
+def _paragraph_points(text: str) -> float:
+    """Readability's score of a paragraph: 1 + (commas + 1) + one per 100 characters, at most 3."""
+    n = len(text)
+    if n < 25:
+        return 0
+    return 2 + _commas(text) + min(n // 100, _LENGTH_CAP)
+
+
+def _walk(top: etree._Element, deadline: float) -> _Page:
+    pg = _Page()
+    tags, parents, ends, weights, flags, classes = pg.tag, pg.parent, pg.end, pg.weight, pg.flags, pg.cls
+    b_text, b_node, b_len, b_link, b_commas = pg.b_text, pg.b_node, pg.b_len, pg.b_link, pg.b_commas
+    b_points = pg.b_points
+    stack: list[int] = []
+    cur = -1  # the node that text currently belongs to
+    buf: list[str] = []
+    raw_len = link_len = 0
+    link_depth = pre_depth = 0
+    skipping = None  # the element whose subtree is being skipped (its "end" event still comes)
+
+    def flush() -> None:
+        nonlocal raw_len, link_len
+        text = "".join(buf)
+        buf.clear()
+        if _BR in text:
+            text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(_BR))))
+        else:
+            text = " ".join(text.split())
+        if text:
+            n = len(text)
+            b_text.append(text)
+            b_node.append(cur)
+            b_len.append(n)
+            b_link.append(n * link_len / raw_len if raw_len else 0.0)
+            commas = _commas(text)
+            b_commas.append(commas)
+            if "\n" in text:
+                # Lines split by <br> are paragraphs of their own (Readability turns <br><br> into
+                # <p>), or a long <br>-formatted text would score like one short paragraph.
+                b_points.append(sum(_paragraph_points(line) for line in text.split("\n")))
+            else:
+                b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
+        raw_len = link_len = 0
+
+    def add_text(t: str) -> None:
+        """Text (or tail) of an element into the current block; <pre> keeps its line breaks."""
+        nonlocal raw_len, link_len
+        if pre_depth:
+            t = t.replace("\n", _BR)
+        buf.append(t)
+        raw_len += len(t)
+        if link_depth:
+            link_len += len(t)
+
+    walker = etree.iterwalk(top, events=("start", "end"))
+    count = 0
+    for event, el in walker:
+        count += 1
+        if not count & 255:
+            _check(deadline)
+        if event == "start":
+            tag = el.tag
+            unlikely = 0
+            weight = 0
+            flag = 0
+            cls = ""
+            keys = el.keys()  # the cheapest look at the attributes; most elements have one or none
+            if keys:
+                if "class" in keys:
+                    cls = el.get("class")
+                # A heading's id is an anchor made of its text ("nav_..." in heise's TOC ids).
+                id_ = el.get("id") if "id" in keys and tag not in _HEADINGS else ""
+                if (
+                    "hidden" in keys
+                    or ("aria-hidden" in keys and el.get("aria-hidden") == "true")
+                    or ("style" in keys and _is_hidden_style(el.get("style")))
+                    or (cls and not _HIDDEN_CLASSES.isdisjoint(cls.split()))
+                ):
+                    if buf and tag not in _INLINE:
+                        flush()
+                    walker.skip_subtree()
+                    skipping = el
+                    continue
+                if (cls or id_) and tag != "a":  # links are never skipped for their names
+                    unlikely, weight = _hints(cls, id_)
+                if "role" in keys and el.get("role") in _UNLIKELY_ROLES:
+                    unlikely |= _F_UNLIKELY
+                if "itemprop" in keys and _POSITIVE_ITEMPROP.search(el.get("itemprop")):
+                    flag |= _F_POSITIVE
+                    weight += 25
+                    unlikely = 0
+            if tag in _CHROME_TAGS:
+                unlikely |= _F_UNLIKELY
+            if unlikely and (
+                not stack or (tag in ("article", "main") and not _UNLIKELY_ARTICLE_RE.search(cls))
+            ):
+                unlikely = 0  # the page itself and semantic content containers are never unlikely
+            if tag in _INLINE:
+                if tag == "br":
+                    buf.append(_BR)
+                    continue
+                if unlikely & _F_BOILERPLATE:  # e.g. <span class="share-count">
+                    walker.skip_subtree()
+                    skipping = el
+                    continue
+                if tag == "a":
+                    link_depth += 1
+                if el.text:
+                    add_text(el.text)
+                continue
+            if buf:
+                flush()
+            i = len(tags)
+            tags.append(tag)
+            parents.append(cur)
+            ends.append(i)
+            weights.append(weight)
+            flags.append(flag | unlikely)
+            classes.append(cls)
+            stack.append(i)
+            cur = i
+            if tag == "pre":
+                pre_depth += 1
+            if el.text:
+                add_text(el.text)
+        else:
+            if el is skipping:
+                skipping = None
+            else:
+                tag = el.tag
+                if tag in _INLINE:
+                    if tag == "a":
+                        link_depth -= 1
+                else:
+                    if buf:
+                        flush()
+                    ends[cur] = len(tags) - 1
+                    stack.pop()
+                    if tag == "pre":
+                        pre_depth -= 1
+                    cur = stack[-1] if stack else -1
+            if el is top:
+                break
+            if el.tail:
+                add_text(el.tail)
+    if buf and cur >= 0:
+        flush()
+    return pg
