@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenmill.errors import UserError
-from tokenmill.trainer.data import check_vocab
-from tokenmill.transforms.shards import load_manifest, verify_output
+from tokenmill.transforms.shards import check_vocab, load_manifest, verify_output
 from tokenmill.transforms.tokenize import tokenizer_from_json
 
 

@@ -39,9 +39,10 @@ MIX_BLOCK = 10_000  # mixture weights are honoured to 1/MIX_BLOCK within every b
 
 def open_output(out: str, verify_checksums: bool = True) -> dict:
     """The manifest of a prepared output, after checking its shards; one clear line otherwise."""
-    from tokenmill.transforms.shards import load_manifest, verify_output
+    from tokenmill.transforms.shards import check_vocab, load_manifest, verify_output
 
     manifest = load_manifest(out)
+    check_vocab(out, manifest)
     if verify_checksums:
         problems = verify_output(out, manifest)
     else:  # sizes only: for outputs too big to hash at every start
@@ -57,33 +58,6 @@ def open_output(out: str, verify_checksums: bool = True) -> dict:
         raise UserError(f"refusing to train on {out}: {problems[0]}{more}; re-run `tokenmill prepare` "
                         f"or check it with `tokenmill inspect {out}`")
     return manifest
-
-
-def check_vocab(out: str, manifest: dict) -> None:
-    """The manifest's vocab_size is the tokenizer's: the model gets that many embedding rows, so
-    a smaller figure ends in an IndexError and a larger one in a model the tokenizer cannot use.
-    Skipped where verify_output already has a word to say (tokenizer missing or not the one
-    hashed in the manifest) and for a file that is no tokenizers JSON (test stand-ins)."""
-    import hashlib
-
-    from apache_beam.io.filesystems import FileSystems
-
-    from tokenmill.transforms.tokenize import tokenizer_from_json
-
-    tok = manifest.get("tokenizer", {})
-    path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
-    try:
-        with FileSystems.open(path) as fh:
-            raw = fh.read()
-        if hashlib.sha256(raw).hexdigest() != tok.get("sha256"):
-            return
-        vocab = tokenizer_from_json(raw.decode("utf-8")).get_vocab_size(with_added_tokens=True)
-    except (OSError, UnicodeDecodeError, UserError):
-        return
-    if vocab != tok.get("vocab_size"):
-        raise UserError(f"{FileSystems.join(out, 'manifest.json')} says vocab_size {tok.get('vocab_size')} but "
-                        f"{path} has {vocab} tokens: the manifest was edited or belongs to another tokenizer; "
-                        f"re-run `tokenmill prepare`")
 
 
 def check_compatible(manifests: list[dict], paths: list[str]) -> dict:
@@ -255,15 +229,8 @@ class PackedWindows:
         return k, epoch, int(cached[1][pos])
 
     def batch(self, indices: list[int]) -> dict:
-        T = self.seq_len
-        out = np.empty((len(indices), T + 1), dtype=np.int64)
-        where = []
-        for row, g in enumerate(indices):
-            k, _, w = self.locate(g)
-            self.streams[k].read(w * T, out[row])
-            where.append((self.streams[k], w * T))
-        check_ids(out, where, self.vocab_size)
-        return as_batch(out, self.eos_id, self.doc_mask)
+        windows = [(k, w) for k, _, w in map(self.locate, indices)]
+        return as_batch(read_windows(self.streams, windows, self.seq_len, self.vocab_size), self.eos_id, self.doc_mask)
 
     def __getitems__(self, indices: list[int]) -> dict:
         try:
@@ -282,6 +249,16 @@ class PackedWindows:
     def check_files(self) -> None:
         for s in self.streams:
             s.check_files()
+
+
+def read_windows(streams: list[TokenStream], windows: list[tuple[int, int]], seq_len: int,
+                 vocab_size: int | None) -> np.ndarray:
+    """Rows [n, seq_len + 1] of token ids: window ``w`` of stream ``k`` for each (k, w), checked."""
+    out = np.empty((len(windows), seq_len + 1), dtype=np.int64)
+    for row, (k, w) in enumerate(windows):
+        streams[k].read(w * seq_len, out[row])
+    check_ids(out, [(streams[k], w * seq_len) for k, w in windows], vocab_size)
+    return out
 
 
 def check_ids(out: np.ndarray, where: list[tuple[TokenStream, int]], vocab_size: int | None) -> None:
@@ -382,10 +359,6 @@ def val_batches(streams: list[TokenStream], seq_len: int, samples: int, micro_ba
     eos = streams[0].eos_id
     batches = []
     for b in range(n_batches):
-        chunk = mine[b * micro_batch:(b + 1) * micro_batch]
-        out = np.empty((len(chunk), seq_len + 1), dtype=np.int64)
-        for row, (k, w) in enumerate(chunk):
-            streams[k].read(w * seq_len, out[row])
-        check_ids(out, [(streams[k], w * seq_len) for k, w in chunk], vocab_size)
+        out = read_windows(streams, mine[b * micro_batch:(b + 1) * micro_batch], seq_len, vocab_size)
         batches.append((as_batch(out, eos, doc_mask), torch.tensor(weights[b * micro_batch:(b + 1) * micro_batch])))
     return batches

@@ -150,8 +150,6 @@ def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
     if d.main:
         try:
             manifests = [D.open_output(p, cfg.data.verify_checksums) for p in cfg.data.paths]
-            for p, m in zip(cfg.data.paths, manifests):
-                D.check_vocab(p, m)
         except UserError as e:
             error = str(e)
     box = [manifests, error]

@@ -217,6 +217,30 @@ def load_manifest(out: str) -> dict:
     return check_manifest(out, manifest)
 
 
+def check_vocab(out: str, manifest: dict) -> None:
+    """The manifest's vocab_size is the tokenizer's: the model gets that many embedding rows, so
+    a smaller figure ends in an IndexError and a larger one in a model the tokenizer cannot use.
+    Skipped where verify_output already has a word to say (tokenizer missing or not the one
+    hashed in the manifest) and for a file that is no tokenizers JSON (test stand-ins)."""
+    from tokenmill.errors import UserError
+    from tokenmill.transforms.tokenize import tokenizer_from_json
+
+    tok = manifest.get("tokenizer", {})
+    path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
+    try:
+        with FileSystems.open(path) as fh:
+            raw = fh.read()
+        if hashlib.sha256(raw).hexdigest() != tok.get("sha256"):
+            return
+        vocab = tokenizer_from_json(raw.decode("utf-8")).get_vocab_size(with_added_tokens=True)
+    except (OSError, UnicodeDecodeError, UserError):
+        return
+    if vocab != tok.get("vocab_size"):
+        raise UserError(f"{FileSystems.join(out, 'manifest.json')} says vocab_size {tok.get('vocab_size')} but "
+                        f"{path} has {vocab} tokens: the manifest was edited or belongs to another tokenizer; "
+                        f"re-run `tokenmill prepare`")
+
+
 def verify_output(out: str, manifest: dict) -> list[str]:
     """Every problem with the shards and tokenizer of ``out`` against its manifest, one line each."""
     problems = []
