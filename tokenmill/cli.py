@@ -28,7 +28,7 @@ def _quiet_logging() -> None:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tokenmill").setLevel(logging.WARNING)
     # A failed step is logged by Beam with its traceback (and re-logged from each worker); the
-    # error that ends the run says it in one line (prepare._failure).
+    # error that ends the run says it in one line (launch.failure).
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 

@@ -7,28 +7,14 @@ DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import io
-import os
-import re
-import shlex
-import signal
-import sys
-import threading
-
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from apache_beam.runners.runner import create_runner
-from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
 from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
-from tokenmill.pipelines import output
+from tokenmill.pipelines import launch, output
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, tokenize
 from tokenmill.transforms.dedup import Dedup, cluster_stats
@@ -196,164 +182,24 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig, out: str):
     return docs
 
 
-def beam_options(beam_args: list[str]) -> PipelineOptions:
-    """Beam's options, checked now: a bad flag value or an unknown runner is one line, not
-    Beam's usage text or a traceback from deep inside the pipeline."""
-    if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
-        # Beam's DirectRunner first tries Prism, a binary it downloads at run time; the FnApiRunner
-        # it falls back to is the same in-process engine (honouring --direct_running_mode and
-        # --direct_num_workers), with no download. By measurement (bench/runners.py) it is also
-        # the fastest local mode here.
-        beam_args = [*beam_args, "--runner=FnApiRunner"]
-    options = PipelineOptions(beam_args)
-    usage = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(usage):  # argparse prints its usage, then exits
-            options.get_all_options(retain_unknown_options=True)
-    except SystemExit:
-        said = [ln for ln in usage.getvalue().splitlines() if ": error: " in ln]
-        raise UserError("Beam option: " + (said[-1].split(": error: ", 1)[1] if said else " ".join(beam_args))) from None
-    runner = options.view_as(StandardOptions).runner
-    try:
-        create_runner(runner)
-    except (ValueError, ImportError) as e:
-        raise UserError(f"--runner={runner}: {str(e).splitlines()[0]}") from None
-    return options
-
-
-def _chain(e: BaseException) -> list[BaseException]:
-    chain, cause = [e], e
-    while (cause := cause.__cause__ or cause.__context__) is not None and len(chain) < 20:
-        chain.append(cause)
-    return chain
-
-
-def _failure(e: BaseException, out: str) -> UserError:
-    """One line for a pipeline that failed on a worker: disk full, or the step and its error."""
-    text = f"{type(e).__name__}: {e}"
-    if any(isinstance(c, OSError) and c.errno == errno.ENOSPC for c in _chain(e)) or "No space left on device" in text:
-        return UserError(f"disk full while writing {out}; the previous output is untouched")
-    step = re.findall(r"\[while running '([^']+)'\]", text)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
-    last = lines[-1] if lines else type(e).__name__
-    where = f" in step {step[-1].split('/')[0]!r}" if step else ""
-    return UserError(f"the pipeline failed{where}: {last[:500]}; the previous output in {out} is untouched")
-
-
-def _interrupted(e: BaseException) -> bool:
-    # Beam re-raises a KeyboardInterrupt from inside a step as RuntimeError("KeyboardInterrupt
-    # [while running ...]"), raised while the KeyboardInterrupt is handled.
-    return any(isinstance(c, KeyboardInterrupt) for c in _chain(e))
-
-
-WORKER_MODULE = "tokenmill.pipelines.worker"
-
-
-def _runner(options: PipelineOptions):
-    """The runner instance, or None for the one ``--runner`` names. FnApiRunner's multi_processing
-    workers are started through tokenmill/pipelines/worker.py (Ctrl-C, stderr)."""
-    direct = options.view_as(DirectOptions)
-    runner = create_runner(options.view_as(StandardOptions).runner)
-    if not isinstance(runner, FnApiRunner) or direct.direct_running_mode != "multi_processing":
-        return None
-    # Run by sh -c. A SIGINT ignored before exec stays ignored, and Python then installs no
-    # KeyboardInterrupt handler: a Ctrl-C during the worker's start-up is ignored too.
-    env = SubprocessSDKEnvironment.from_command_string(
-        f"trap '' INT; exec {shlex.quote(sys.executable)} -m {WORKER_MODULE}")
-    # FnApiRunner picks Beam's worker command in multi_processing mode and keeps a given one
-    # otherwise: the same workers (direct_num_workers of them), started our way.
-    direct.direct_running_mode = "in_memory"
-    return FnApiRunner(default_environment=env)
-
-
-def _end_workers() -> None:
-    """SIGTERM to this process's multi_processing workers (Linux: found in /proc)."""
-    me, parent, cmd = os.getpid(), {}, {}
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return
-    for pid in pids:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                parent[pid] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmd[pid] = fh.read()
-    mine, todo = set(), [me]
-    while todo:  # descendants: Beam starts each worker through sh -c
-        pid = todo.pop()
-        kids = [p for p, pp in parent.items() if pp == pid and p not in mine]
-        mine.update(kids)
-        todo += kids
-    for pid in mine:
-        if WORKER_MODULE.encode() in cmd.get(pid, b""):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """Ctrl-C ends the run promptly. Beam's teardown waits for every multi_processing worker to
-    finish its bundle, and one the launcher stopped feeding never finishes: the workers, which
-    ignore SIGINT, are ended first. What Beam's threads then raise about the workers they lost
-    (gRPC stream errors, "Worker subprocess exited") is the interrupt's fallout, not news: after
-    an interrupt, thread exceptions are not printed, for the rest of the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    interrupted = False
-
-    def on_sigint(signum, frame):
-        nonlocal interrupted
-        interrupted = True
-        _end_workers()
-        raise KeyboardInterrupt
-
-    def hook(args):
-        if not interrupted:
-            old_hook(args)
-
-    old_handler, old_hook = signal.signal(signal.SIGINT, on_sigint), threading.excepthook
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_handler)
-        if not interrupted:  # Beam's threads may still be failing after the run has unwound
-            threading.excepthook = old_hook
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old_handler)
-
-
 def run(cfg: JobConfig, beam_args: list[str]) -> str:
     """Run the job into a stage folder and publish it when it succeeds; returns report.json's path."""
     scan = check_job(cfg)
-    options = beam_options(beam_args)
-    runner = _runner(options)
+    options, runner = launch.beam_options(beam_args)
     with output.locked(cfg.output):
         output.remove_leftovers(cfg.output)
         stage = output.new_stage(cfg.output)
         try:
-            with _interruptible(), beam.Pipeline(runner=runner, options=options) as p:
+            with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
                 build(p, cfg, scan, stage)
         except (UserError, KeyboardInterrupt):
             output.discard(stage)
             raise
         except Exception as e:  # noqa: BLE001 - whatever a worker raised becomes one line
             output.discard(stage)
-            if _interrupted(e):
+            if launch.interrupted(e):
                 raise KeyboardInterrupt from None
-            raise _failure(e, cfg.output) from None
-        with _sigint_ignored():  # a Ctrl-C now would cut the renames short; the run is done
+            raise launch.failure(e, cfg.output) from None
+        with launch.sigint_ignored():  # a Ctrl-C now would cut the renames short; the run is done
             output.publish(stage, cfg.output)
     return FileSystems.join(cfg.output, "report", "report.json")

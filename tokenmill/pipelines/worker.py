@@ -1,6 +1,6 @@
 """The SDK worker process of ``--direct_running_mode=multi_processing``: Beam's own
 (``apache_beam.runners.worker.sdk_worker_main``), started the way the launcher needs it
-(prepare._runner).
+(launch._local_workers).
 
 * Ctrl-C reaches every process of the terminal's process group, the workers too. The launcher
   handles it (one line, the stage folder removed) and ends its workers itself (SIGTERM); a worker
