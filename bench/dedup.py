@@ -54,7 +54,7 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from tokenmill.config import DedupConfig, parse_set  # noqa: E402
-from tokenmill.transforms.dedup import Dedup, cluster_stats, exact_jaccard, shingles  # noqa: E402
+from tokenmill.transforms.dedup import Dedup, NodesFn, cluster_stats, exact_jaccard, node_id, shingles  # noqa: E402
 from tokenmill.transforms.doc import new_doc  # noqa: E402
 
 
@@ -81,19 +81,28 @@ def run_dedup(make_docs, cfg: DedupConfig, workdir: str) -> tuple[list[dict], di
     opts = PipelineOptions(["--runner=DirectRunner"])
     t0 = time.perf_counter()
     p = beam.Pipeline(options=opts)
-    out = make_docs(p) | Dedup(cfg)
-    out | "Small" >> beam.Map(_small_record) | "WriteOut" >> beam.io.WriteToText(f"{workdir}/out")
+    docs = make_docs(p)
+    verdicts = docs | "Nodes" >> beam.ParDo(NodesFn(cfg)) | Dedup(cfg)
+    docs | "Small" >> beam.Map(_small_record) | "WriteOut" >> beam.io.WriteToText(f"{workdir}/out")
+    _ = (verdicts
+         | "VerdictJson" >> beam.Map(lambda v: json.dumps([node_id(v.key, cfg.survivor), v.cluster, v.reason]))
+         | "WriteVerdicts" >> beam.io.WriteToText(f"{workdir}/verdicts"))
     (
-        cluster_stats(out, cfg, top_k=5)
+        cluster_stats(verdicts, cfg.model_copy(update={"stats_top_clusters": 5}))
         | "StatsJson" >> beam.Map(json.dumps)
         | "WriteStats" >> beam.io.WriteToText(f"{workdir}/stats")
     )
     result = p.run()
     result.wait_until_finish()
     secs = time.perf_counter() - t0
-    records = [
-        json.loads(line) for f in sorted(glob.glob(f"{workdir}/out*")) for line in open(f, encoding="utf-8")
-    ]
+
+    def lines(name):
+        return [json.loads(line) for f in sorted(glob.glob(f"{workdir}/{name}*")) for line in open(f, encoding="utf-8")]
+
+    records = lines("out")
+    verdict_of = {i: (c, r) for i, c, r in lines("verdicts")}  # ids are unique in these corpora
+    for r in records:
+        r["dup_cluster"], r["dropped_by"] = verdict_of.get(r["id"], (None, None))
     stats = json.loads(open(glob.glob(f"{workdir}/stats*")[0], encoding="utf-8").read())
     return records, stats, secs, result.metrics()
 

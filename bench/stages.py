@@ -87,7 +87,10 @@ from tokenmill.config import JobConfig  # noqa: E402
 from tokenmill.transforms import tokenize as tokmod  # noqa: E402
 from tokenmill.transforms.dedup import (  # noqa: E402
     Dedup,
+    Limits,
+    NodesFn,
     exact_hash,
+    has_tokens,
     node_id,
     node_key,
     shingles,
@@ -283,16 +286,27 @@ def bare_dedup_job(docs, cfg: JobConfig) -> None:
                 d["dropped_by"] = "dedup:near_duplicate"
 
 
-def force_dedup_groups(docs: list[dict], cfg: JobConfig, k: int) -> None:
-    """Make ``docs`` take dedup's big-job path: K LSH partitions and K verification groups
-    instead of the one-partition shortcut a corpus this small takes."""
-    from tokenmill.transforms import dedup
-
-    nodes = sum(bool(dedup._WORD.search(d.get("text") or "")) for d in docs)  # those with a signature
-    dedup._PARTITION_RECORDS = -(-nodes * cfg.dedup.bands // k)
-    dedup._JOIN_NODES = -(-nodes // k)
-    got = dedup.lsh_partitions(nodes, cfg.dedup.bands), dedup.join_partitions(nodes)
+def force_dedup_groups(docs: list[dict], cfg: JobConfig, k: int) -> Limits:
+    """Limits that make ``docs`` take dedup's big-job path: K LSH partitions and K verification
+    groups instead of the one-partition shortcut a corpus this small takes."""
+    nodes = sum(has_tokens(d.get("text")) for d in docs)  # those with a signature
+    limits = Limits(partition_records=-(-nodes * cfg.dedup.bands // k), join_nodes=-(-nodes // k))
+    got = limits.lsh_partitions(nodes, cfg.dedup.bands), limits.join_partitions(nodes)
     print(f"stages: dedup forced to {got[0]} LSH partitions and {got[1]} verification groups")
+    return limits
+
+
+class EncodeFn(beam.DoFn):
+    """Batches of docs -> tokenized, as prepare's Finish step encodes them."""
+
+    def __init__(self, eos_token):
+        self._eos, self._encoder = eos_token, None
+
+    def process(self, batch, tok_json):
+        if self._encoder is None:
+            self._encoder = tokmod.Encoder(tok_json, self._eos)
+        self._encoder.encode(batch)
+        yield from batch
 
 
 def bare_tokenize(texts, tok, batch_size: int) -> None:
@@ -378,7 +392,8 @@ class Case:
     b_fixed: dict[str, float] = field(default_factory=dict)
 
 
-def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: list[str]) -> list[Case]:
+def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: list[str],
+               limits: Limits = Limits()) -> list[Case]:
     texts = lambda docs: [d["text"] for d in docs]  # noqa: E731 - the bare loops take texts
     bs = cfg.tokenize.batch_size
     cases = {
@@ -394,15 +409,15 @@ def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: l
                         [("signals+first_failure", lambda: bare_quality(inp.labelled, cfg))]),
         "pii": Case("pii", inp.live, lambda p, pc: pc | beam.ParDo(PiiFn(cfg.pii)),
                     [("redact", lambda: bare_pii(texts(inp.live), cfg))]),
-        "dedup": Case("dedup", inp.redacted, lambda p, pc: pc | Dedup(cfg.dedup),
+        "dedup": Case("dedup", inp.redacted, lambda p, pc: pc | beam.ParDo(NodesFn(cfg.dedup)) | Dedup(cfg.dedup, limits),
                       [("datasketch MinHash+LSH", lambda: bare_dedup(inp.redacted, cfg)),
                        ("same job, in memory", lambda: bare_dedup_job(inp.redacted, cfg))]),
         "tokenize": Case(
             "tokenize", inp.redacted,
-            # As prepare.tokenize_and_shard wires it: batches, the tokenizer JSON as a side input.
+            # As prepare's Finish step encodes: batches, the tokenizer JSON as a side input.
             lambda p, pc: (pc
-                           | beam.BatchElements(min_batch_size=min(16, bs), max_batch_size=bs)
-                           | beam.ParDo(tokmod.TokenizeBatchFn(cfg.tokenize.eos_token),
+                           | beam.BatchElements(min_batch_size=bs, max_batch_size=bs)
+                           | beam.ParDo(EncodeFn(cfg.tokenize.eos_token),
                                         tok_json=beam.pvalue.AsSingleton(p | "TokJson" >> beam.Create([tok_json])))),
             [("encode_batch", lambda: bare_tokenize(texts(inp.redacted), tok, bs))]),
     }
@@ -482,10 +497,9 @@ def main() -> int:
     print(f"stages: Beam {beam.__version__} {' '.join(BEAM_ARGS)}; best of {args.repeat}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs at start")
 
-    if args.dedup_groups:
-        force_dedup_groups(inp.redacted, cfg, args.dedup_groups)
+    limits = force_dedup_groups(inp.redacted, cfg, args.dedup_groups) if args.dedup_groups else Limits()
     tmp = tempfile.TemporaryDirectory(prefix="tokenmill-stages-")
-    cases = make_cases(inp, cfg, model, tok, tok_json, wanted)
+    cases = make_cases(inp, cfg, model, tok, tok_json, wanted, limits)
     for case in cases:
         t0 = time.perf_counter()
         measure(case, args.repeat, tmp.name)

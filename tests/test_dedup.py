@@ -18,7 +18,11 @@ from tokenmill.config import DedupConfig, JobConfig
 from tokenmill.transforms.dedup import (
     ConnectedComponents,
     Dedup,
+    Limits,
     MinHasher,
+    Recorder,
+    Verdict,
+    VerdictBook,
     attach_signature,
     band_blobs,
     band_hashes,
@@ -42,6 +46,7 @@ from tokenmill.transforms.dedup import (
     verify_edges,
     verify_local,
 )
+from tokenmill.transforms.dedup.lsh import pack_keys
 from tokenmill.transforms.doc import new_doc
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -71,20 +76,25 @@ def _doc(id: str, text: str, **extra) -> dict:
 
 
 def run_dedup(
-    docs: list[dict], cfg: DedupConfig, tmp_path, name: str = "out"
+    docs: list[dict], cfg: DedupConfig, tmp_path, name: str = "out", limits: Limits = Limits()
 ) -> tuple[dict[str, dict], dict]:
-    """Run Dedup + cluster_stats; return (id -> output doc, stats). Ids must be unique here."""
+    """Docs -> their nodes (as the clean phase makes them) -> Dedup + cluster_stats on Beam ->
+    the verdicts applied as the finish phase applies them; returns (id -> doc, stats). Ids must
+    be unique here."""
     out_dir = tmp_path / name
+    recorder = Recorder(cfg)
+    nodes = [recorder(d) for d in docs]
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
-        out = p | beam.Create(docs, reshuffle=False) | Dedup(cfg)
-        out | "J" >> beam.Map(json.dumps) | "W" >> beam.io.WriteToText(str(out_dir / "docs"))
-        (
-            cluster_stats(out)
-            | "JS" >> beam.Map(json.dumps)
-            | "WS" >> beam.io.WriteToText(str(out_dir / "stats"))
-        )
-    rows = [json.loads(line) for f in sorted(glob.glob(str(out_dir / "docs*"))) for line in open(f)]
-    assert len(rows) == len(docs), "every input doc comes out exactly once"
+        verdicts = p | beam.Create([n for n in nodes if n is not None], reshuffle=False) | Dedup(cfg, limits)
+        _ = (verdicts
+             | "J" >> beam.Map(lambda v: json.dumps([v.key.hex(), v.cluster, v.reason]))
+             | "W" >> beam.io.WriteToText(str(out_dir / "verdicts")))
+        _ = (cluster_stats(verdicts, cfg)
+             | "JS" >> beam.Map(json.dumps)
+             | "WS" >> beam.io.WriteToText(str(out_dir / "stats")))
+    lines = [json.loads(line) for f in sorted(glob.glob(str(out_dir / "verdicts*"))) for line in open(f)]
+    book = VerdictBook(Verdict(bytes.fromhex(k), c, r) for k, c, r in lines)
+    rows = [book.apply(dict(d), n.key if n else None) for d, n in zip(docs, nodes)]
     by_id = {r["id"]: r for r in rows}
     assert len(by_id) == len(rows)
     stats = json.loads(open(glob.glob(str(out_dir / "stats*"))[0]).read())
@@ -162,24 +172,21 @@ def test_exact_reps():
     assert exact_reps([]) == []
 
 
-def test_copies_do_not_count_towards_a_bucket(tmp_path, monkeypatch):
+def test_copies_do_not_count_towards_a_bucket(tmp_path):
     """Copies of one text that meet only in LSH (different batches) link to their smallest node
     and leave the all-pairs-or-star choice to the distinct texts: with 15 copies of b in
     batches of one, d must still be found a near duplicate of b, as when they share a batch."""
-    import tokenmill.transforms.dedup as dedup_mod
-
     ha, hb = exact_hash("a"), exact_hash("b")
     keys = [b"1" + ha, b"2" + hb, b"3" + hb, b"4" + ha, b"4" + ha]  # the last: one record read twice
     blob = (b"B", np.zeros(5, np.uint64).tobytes(), np.arange(5, dtype=np.uint32).tobytes(),
-            *dedup_mod._pack_keys(keys))
+            *pack_keys(keys))
     edges, big = bucket_edges([blob], 2)  # 2 distinct texts: all pairs, no star
     assert big == 0 and sorted(edges) == [(keys[0], keys[1]), (keys[0], keys[3]), (keys[1], keys[2])]
 
-    monkeypatch.setattr(dedup_mod, "_BATCH_NODES", 1)  # stands for copies far apart in a corpus
     docs = [_doc("a", "apple cloud kite"), _doc("d", "cloud kite lemon")]
     docs += [_doc(f"b{i:02}", "cloud drum kite") for i in range(15)]
     cfg = DedupConfig(ngram=1, bands=2, rows=3, verify_threshold=0.8, survivor="first_id")
-    out, _ = run_dedup(docs, cfg, tmp_path)
+    out, _ = run_dedup(docs, cfg, tmp_path, limits=Limits(batch_nodes=1))  # copies far apart in a corpus
     assert out["d"]["dropped_by"] == "dedup:near_duplicate" and out["d"]["dup_cluster"] == "b00"
     assert _kept(out["b00"]) and _kept(out["a"]) and out["a"]["dup_cluster"] is None
     assert all(out[f"b{i:02}"]["dropped_by"] == "dedup:exact_duplicate" for i in range(1, 15))
@@ -208,14 +215,12 @@ def _near_family(rng, h, n_words=200, copies=3, edits=4):
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 64])
-def test_packed_lsh_and_verification(partitions, monkeypatch):
+def test_packed_lsh_and_verification(partitions):
     """The packed LSH and join cores: a family of near copies is linked, unrelated docs are not,
     a big bucket becomes a star, a pair colliding in many bands is one candidate, verification
     agrees with jaccard_estimate, and the star forests keep the components; the same whatever
     the partitioning and the batches."""
-    import tokenmill.transforms.dedup as dedup_mod
-
-    monkeypatch.setattr(dedup_mod, "_EDGE_BLOB", 3)  # edges split over many blobs per group
+    blob_edges = 3  # edges split over many blobs per group
     rng = random.Random(7)
     h = MinHasher(14 * 8)
     fam = _near_family(rng, h)
@@ -262,8 +267,8 @@ def test_packed_lsh_and_verification(partitions, monkeypatch):
     sig_blobs = batches(lambda k, s: signature_blobs(k, s, partitions), 5)
     for t in (0.5, 0.8, 0.95):
         attached = []
-        for blobs in group(sig_blobs + list(edge_blobs(sorted(edges), partitions, 0))):
-            attached += attach_signature(blobs, 112, partitions)
+        for blobs in group(sig_blobs + list(edge_blobs(sorted(edges), partitions, 0, None, blob_edges))):
+            attached += attach_signature(blobs, 112, partitions, blob_edges)
         kept, rejected = set(), 0
         for blobs in group(sig_blobs + attached):
             k, r = verify_edges(blobs, 112, t)
@@ -565,24 +570,21 @@ def test_rerun_same_survivors(corpus_result, tmp_path):
 @pytest.mark.parametrize(
     "records, join_nodes, batch", [(64, 4, 3), (64, 1 << 17, 8192), (1 << 19, 1 << 17, 3)]
 )
-def test_many_groups_same_result(corpus_result, tmp_path, monkeypatch, records, join_nodes, batch):
+def test_many_groups_same_result(corpus_result, tmp_path, records, join_nodes, batch):
     """A big job's paths on the small corpus: many LSH partitions (so verification goes through
     the joins, not the one-partition shortcut), with many verification groups (candidates cross
     groups and the components rounds do the merging) or one (it labels directly); and batches
     of 3 nodes, so exact copies meet in LSH rather than in a batch. The verdicts must not
     change."""
-    import tokenmill.transforms.dedup as dedup_mod
-
     docs, _planted, by_id, stats = corpus_result
-    monkeypatch.setattr(dedup_mod, "_PARTITION_RECORDS", records)  # 64: ~40 nodes x 14 bands in ~9
-    monkeypatch.setattr(dedup_mod, "_JOIN_NODES", join_nodes)  # 4: ~10 verification groups
-    monkeypatch.setattr(dedup_mod, "_BATCH_NODES", batch)
-    assert (dedup_mod.lsh_partitions(40, 14) > 1) == (records == 64)
-    assert (dedup_mod.join_partitions(40) > 1) == (join_nodes == 4)
-    again, again_stats = run_dedup(docs, DedupConfig(), tmp_path)
+    # records 64: ~40 nodes x 14 bands in ~9 partitions; join_nodes 4: ~10 verification groups
+    limits = Limits(partition_records=records, join_nodes=join_nodes, batch_nodes=batch)
+    assert (limits.lsh_partitions(40, 14) > 1) == (records == 64)
+    assert (limits.join_partitions(40) > 1) == (join_nodes == 4)
+    again, again_stats = run_dedup(docs, DedupConfig(), tmp_path, limits=limits)
     assert again == by_id and again_stats == stats
     # With no rounds at all, the residual union-find alone must finish the same components.
-    bare, _ = run_dedup(docs, DedupConfig(max_rounds=0), tmp_path, "rounds0")
+    bare, _ = run_dedup(docs, DedupConfig(max_rounds=0), tmp_path, "rounds0", limits)
     assert bare == by_id
 
 
@@ -600,7 +602,5 @@ def test_variants(tmp_path):
     for ids in planted["families"]:
         assert [i for i in ids if _kept(loose[i])] == [min(ids)]
         assert {loose[i]["dup_cluster"] for i in ids} == {min(ids)}
-    # Disabled: the identity.
-    with BeamTestPipeline() as p:
-        out = p | beam.Create(docs[:5]) | Dedup(DedupConfig(enabled=False)) | beam.Map(lambda d: d["id"])
-        assert_that(out, equal_to([d["id"] for d in docs[:5]]))
+    # Disabled: no document becomes a node, so none gets a verdict.
+    assert all(Recorder(DedupConfig(enabled=False))(d) is None for d in docs)

@@ -191,7 +191,7 @@ def test_a_failed_run_leaves_the_previous_output_whole(case, previous, data, no_
         "runner_typo": (["--runner=Nope"], "--runner=Nope"),
         "missing_language_model": (["--set", "language.model=/nope.bin"], "/nope.bin"),
         "fails_on_a_worker": (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={no_unk_tokenizer}"],
-                              "the pipeline failed in step 'Tokenize'"),
+                              "the pipeline failed in step 'Finish'"),
     }[case]
     before = snapshot(previous)
     rc, out, err = prepare(previous, [small], *args)

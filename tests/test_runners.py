@@ -1,6 +1,14 @@
-"""The same pipeline on three local runners gives the same survivors, texts and shard bytes."""
+"""The same pipeline on four local runners gives the same survivors, texts and shard bytes; one
+of them is the path a cluster takes (SDK workers started by a separate worker pool)."""
 
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 from conftest import run_prepare
@@ -9,7 +17,41 @@ RUNNERS = {
     "in_memory": ["--direct_running_mode=in_memory"],
     "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
     "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
+    # As Flink and Spark task managers run the Python stages: the worker image's --worker_pool
+    # entrypoint starts this pool, and the runner asks it for SDK workers (EXTERNAL).
+    "portable_external": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
+                          "--environment_config=localhost:{port}"],
 }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def worker_pool():
+    """A Beam worker pool in its own process group, killed with its SDK workers afterwards."""
+    port = _free_port()
+    # The pool starts each SDK worker as `python -c ...`: this interpreter must be the one found.
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+                             f"--service_port={port}"], start_new_session=True, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, "the worker pool exited"
+            with socket.socket() as s:
+                if s.connect_ex(("localhost", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "the worker pool did not listen"
+            time.sleep(0.1)
+        yield port
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +59,9 @@ def runs(tmp_path_factory):
     out = {}
     for name, flags in RUNNERS.items():
         d = tmp_path_factory.mktemp(name) / "out"
-        rc, rows, report = run_prepare(d, [], sets=["tokenize.vocab_size=1000"], extra=flags)
+        with worker_pool() if "EXTERNAL" in " ".join(flags) else contextlib.nullcontext() as port:
+            flags = [f.format(port=port) for f in flags]
+            rc, rows, report = run_prepare(d, [], sets=["tokenize.vocab_size=1000"], extra=flags)
         assert rc == 0, name
         out[name] = (d, rows, report)
     return out
@@ -30,6 +74,7 @@ def test_same_survivors_texts_and_shards(runs):
     for name, (d, rows, report) in runs.items():
         assert {r["id"]: (r["text"], r["dropped_by"], r["dup_cluster"]) for r in rows} == ref, name
         assert report["dropped_by"] == ref_report["dropped_by"], name
+        assert report["dedup"] == ref_report["dedup"], name
         manifest = json.loads((d / "manifest.json").read_text())
         assert manifest["splits"] == ref_manifest["splits"], name
         for info in manifest["splits"].values():

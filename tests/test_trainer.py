@@ -95,17 +95,20 @@ def test_two_ranks_equal_one_rank_at_the_same_global_batch(prepared, reference, 
     assert "2 rank(s)" in p.stderr
     ref, two = metrics(reference[0]), metrics(run)
     assert len(two) == STEPS
+    # The first steps agree to float32 rounding (loss to the last bit, gradient norm to ~3e-6):
+    # a rank reading other data, or a gradient missing or counted twice, shows at step 1 by 0.1
+    # or more. Later the two runs drift apart as any two float32 trainings whose sums are taken
+    # in another order do: measured, the loss by 1e-5 at step 15, 1e-3 by step 30 and 2e-2
+    # by step 60 at this learning rate, where gradient-norm spikes come at different steps.
     for a, b in zip(ref, two):
-        assert abs(a["loss"] - b["loss"]) < 1e-4, (a["step"], a["loss"], b["loss"])
-        # The gradient norm is the most sensitive figure: rounding differences between one
-        # rank and an all-reduce over two grow, and from about step 25 it differs by up to 1%
-        # (the loss by < 3e-5). Before that the two agree to ~3e-6. A real mismatch (a rank's
-        # gradient missing or counted twice) is far larger than either bound.
-        tol = 1e-4 if a["step"] <= 20 else 5e-2
-        assert abs(a["grad_norm"] - b["grad_norm"]) < tol * max(1.0, a["grad_norm"]), (
-            a["step"], a["grad_norm"], b["grad_norm"])
+        if a["step"] <= 10:
+            assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
+            assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * max(1.0, a["grad_norm"]), (
+                a["step"], a["grad_norm"], b["grad_norm"])
+        else:
+            assert abs(a["loss"] - b["loss"]) < 0.05, (a["step"], a["loss"], b["loss"])
         if "val_loss" in a:
-            assert abs(a["val_loss"] - b["val_loss"]) < 1e-4
+            assert abs(a["val_loss"] - b["val_loss"]) < 0.05
     # sharded: each of the 2 ranks wrote its own shard file of the checkpoint
     files = os.listdir(run / "checkpoints" / "step-00000060")
     assert sorted(f for f in files if f.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]

@@ -230,6 +230,9 @@ class ShardsConfig(Section):
     val_fraction: float = Field(default=0.01, ge=0.0, lt=1.0)  # share of docs (by a hash of the id) in val
     target_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # token bytes per shard file
     batch_tokens: int = Field(default=1 << 20, gt=0)  # tokens per Arrow record batch
+    # Buckets = shards per split, and the finish phase's units of work. 0: from the input size,
+    # about target_bytes of tokens each (at least 4). Fixed up front: it does not wait for totals.
+    buckets: int = Field(default=0, ge=0, le=100_000)
 
 
 class ReportConfig(Section):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import os
 import shutil
 import uuid
@@ -123,9 +124,10 @@ def _staged(stage: str) -> list[str]:
 
 
 def _move_in(stage: str, out: str) -> None:
-    """Every staged file into OUT, the manifest last."""
+    """Every staged file a run owns into OUT, the manifest last (not a temporary file that a
+    retried worker step left behind)."""
     for rel in sorted(_staged(stage), key=lambda r: r == "manifest.json"):
-        if rel != COMPLETE:
+        if any(fnmatch.fnmatchcase(rel, pattern) for pattern in OWNED):
             _move(FileSystems.join(stage, rel), FileSystems.join(out, rel))
 
 

@@ -1,5 +1,7 @@
-"""The ``prepare`` pipeline graph: read -> extract -> normalize -> language -> quality -> pii ->
-dedup -> tokenize -> shards, plus the cleaned-docs Parquet and the report.
+"""The ``prepare`` pipeline graph, in three phases (design.md, "Bounded memory by construction"):
+clean (read -> extract -> normalize -> language -> quality -> pii -> stash), decide (dedup on
+small records; the tokenizer), finish (per bucket: verdicts, tokenize, shards), plus the
+cleaned-docs Parquet and the report.
 
 The graph only wires the stages (each a pure core in ``tokenmill.transforms`` with a thin
 DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
@@ -14,9 +16,11 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
-from tokenmill.pipelines import launch, output
+from tokenmill.pipelines import launch, output, phases
+from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, tokenize
+from tokenmill.transforms.buckets import TMP, bucket_count
 from tokenmill.transforms.dedup import Dedup, cluster_stats
 from tokenmill.transforms.extract import ExtractFn
 from tokenmill.transforms.langid import LanguageFn, check_languages
@@ -24,10 +28,9 @@ from tokenmill.transforms.normalize import NormalizeFn
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
-from tokenmill.transforms.report import MergeReportsFn, ReportFn, write_report
+from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.stage import count
 
-ROW_GROUP_BYTES = 8 * 1024 * 1024
 INPUT_LIST = "inputs.jsonl"
 
 
@@ -91,49 +94,46 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = N
     if cfg.pii.enabled:
         docs = docs | "Pii" >> beam.ParDo(PiiFn(cfg.pii))
         stages.append("pii")
-    # Documents leave the graph in the step that dropped them: each branch below writes its own
-    # Parquet files and report partial. Merging the branches back (a Flatten) would make local
-    # runners materialise every document, text included, in memory at once (the FnApiRunner
-    # buffers every multi-input Flatten), so memory would grow with the corpus.
-    live, filtered = docs | "SplitFiltered" >> beam.Partition(docmod.partition_dropped, 2)
-    branches = [("filtered", filtered)]
+    # Clean phase ends here: every document waits in a candidate file of its bucket, and only
+    # small records go on (a locator, a live document's dedup node, a bounded tokenizer sample).
+    # Documents never cross a shuffle or wait for a side input: local runners would hold them
+    # all in memory, cluster runners ship them.
+    buckets = bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets)
+    t = cfg.tokenize
+    stashed = docs | "Stash" >> beam.ParDo(StashFn(cfg, out, buckets, t.enabled and not t.tokenizer)).with_outputs(
+        phases.NODES, phases.SAMPLE, main="located")
+    by_bucket = [stashed.located]
     dedup_stats = None
-    if cfg.dedup.enabled:
-        deduped = live | "Dedup" >> Dedup(cfg.dedup)
-        dedup_stats = cluster_stats(deduped, cfg.dedup)
-        live, duplicates = deduped | "SplitDuplicates" >> beam.Partition(docmod.partition_dropped, 2)
-        branches.append(("duplicates", duplicates))
+    if cfg.dedup.enabled:  # decide phase: dedup on the small records, verdicts to their buckets
+        verdicts = stashed[phases.NODES] | "Dedup" >> Dedup(cfg.dedup)
+        dedup_stats = cluster_stats(verdicts, cfg.dedup)
+        by_bucket.append(verdicts | "VerdictBuckets" >> beam.Map(phases.verdict_for_bucket, buckets,
+                                                                  cfg.dedup.survivor))
         stages.append("dedup")
-    if cfg.tokenize.enabled:
-        live = tokenize_and_shard(p, live, cfg, out)
+    side = {}
+    if t.enabled:
+        tok_json = tokenizer_json(p, stashed[phases.SAMPLE], cfg, out)
+        side["tok_json"] = beam.pvalue.AsSingleton(tok_json)
         stages.append("tokenize")
         extra_fields.append(pa.field("n_tokens", pa.int32()))
-    branches.append(("kept", live))
-
-    schema = docmod.docs_schema(extra_fields)
-    partials = []
-    for name, branch in branches:
-        title = name.title()
-        _ = (
-            branch
-            | f"{title}Rows" >> beam.Map(docmod.to_row, schema)
-            | f"Write{title}" >> beam.io.WriteToParquet(
-                FileSystems.join(out, "docs", name), schema, file_name_suffix=".parquet", codec="zstd",
-                # Beam's default holds 64 MB of rows per writer before a row group goes to disk:
-                # a fixed cost per worker and branch; 8 MB keeps memory flat and row groups sane.
-                row_group_buffer_size=ROW_GROUP_BYTES)
-        )
-        if cfg.report.enabled:
-            partials.append(branch | f"Count{title}" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason)))
+    # Finish phase: per bucket, the docs Parquet files and the shards.
+    finished = (
+        by_bucket
+        | "BucketRecords" >> beam.Flatten()
+        | "Buckets" >> beam.GroupByKey()
+        | "Finish" >> beam.ParDo(FinishFn(cfg, out, buckets, docmod.docs_schema(extra_fields)), **side).with_outputs(
+            phases.SHARDS, main="docs")
+    )
+    if t.enabled and cfg.shards.enabled:
+        write_manifest(finished[phases.SHARDS], tok_json, cfg, out)
     if cfg.report.enabled:
         extra = {"tokenmill_version": __version__, "config": cfg.model_dump(mode="json"),
                  "inputs_skipped": dict(sorted(scan.skipped.items()))}
         if dedup_stats is None:
             dedup_stats = p | "NoDedupStats" >> beam.Create([None])
         _ = (
-            partials
-            | "Partials" >> beam.Flatten()
-            | "Count" >> beam.CombineGlobally(MergeReportsFn(cfg.report.samples_per_reason))
+            finished.docs
+            | "Count" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason))
             | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra,
                                         dedup=beam.pvalue.AsSingleton(dedup_stats))
         )
@@ -146,10 +146,9 @@ def quality_fields() -> list[pa.Field]:
         pa.field("quality_score", pa.float32())]
 
 
-def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig, out: str):
-    """Tokenize survivors (with the user's tokenizer or one trained on a sample of them), write
-    OUT/tokenizer.json, the shards and the manifest. ``docs`` holds survivors only; returns
-    them with their tokens."""
+def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):
+    """The tokenizer as a one-element PCollection of its JSON (the user's, or one trained on the
+    bounded sample), also written to OUT/tokenizer.json."""
     t = cfg.tokenize
     tok_path = FileSystems.join(out, "tokenizer.json")
     if t.tokenizer:
@@ -157,29 +156,26 @@ def tokenize_and_shard(p: beam.Pipeline, docs, cfg: JobConfig, out: str):
         # Create would be pickled and bz2-compressed into the graph (200 ms for a 32k vocab).
         # check_job has parsed it already.
         shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer).encode("utf-8"))
-        tok_json = p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
+        return p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
             tokenize.read_tokenizer_json)
-    else:
-        tok_json = (docs
-                    | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_max_chars, t.vocab_size,
-                                                                 t.kind, t.min_frequency))
-        _ = tok_json | "WriteTokenizer" >> beam.Map(lambda js: shards.write_atomically(tok_path, js.encode("utf-8")))
-    tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenize.tokenizer_info, t.eos_token)
-    dtype = tok_info | "Dtype" >> beam.Map(lambda info: tokenize.token_dtype(info["vocab_size"]).name)
-    docs = (docs
-                 | "Batch" >> beam.BatchElements(min_batch_size=min(16, t.batch_size), max_batch_size=t.batch_size)
-                 | "Tokenize" >> beam.ParDo(tokenize.TokenizeBatchFn(t.eos_token),
-                                            tok_json=beam.pvalue.AsSingleton(tok_json)))
-    if cfg.shards.enabled:
-        s = cfg.shards
-        config = cfg.model_dump(mode="json")
-        _ = (docs
-             | "Shards" >> shards.WriteShards(out, s.val_fraction, s.target_bytes, s.batch_tokens, tok_info, dtype)
-             | "AllShards" >> beam.combiners.ToList()
-             | "Manifest" >> beam.Map(lambda metas, tok, dtype: shards.write_manifest(metas, out, tok, dtype, config,
-                                                                                   __version__),
-                                      tok=beam.pvalue.AsSingleton(tok_info), dtype=beam.pvalue.AsSingleton(dtype)))
-    return docs
+    tok_json = samples | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.vocab_size, t.kind,
+                                                                     t.min_frequency)
+    _ = tok_json | "WriteTokenizer" >> beam.Map(lambda js: shards.write_atomically(tok_path, js.encode("utf-8")))
+    return tok_json
+
+
+def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
+    """OUT/manifest.json, once every shard is written (it waits for all their entries)."""
+    tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenize.tokenizer_info, cfg.tokenize.eos_token)
+    config = cfg.model_dump(mode="json")
+
+    def manifest(metas, tok):
+        dtype = tokenize.token_dtype(tok["vocab_size"]).name
+        return shards.write_manifest(metas, out, tok, dtype, config, __version__)
+
+    _ = (shard_metas
+         | "AllShards" >> beam.combiners.ToList()
+         | "Manifest" >> beam.Map(manifest, tok=beam.pvalue.AsSingleton(tok_info)))
 
 
 def run(cfg: JobConfig, beam_args: list[str]) -> str:
@@ -200,6 +196,7 @@ def run(cfg: JobConfig, beam_args: list[str]) -> str:
             if launch.interrupted(e):
                 raise KeyboardInterrupt from None
             raise launch.failure(e, cfg.output) from None
+        output.discard(FileSystems.join(stage, TMP))  # the candidate files: never published
         with launch.sigint_ignored():  # a Ctrl-C now would cut the renames short; the run is done
             output.publish(stage, cfg.output)
     return FileSystems.join(cfg.output, "report", "report.json")

@@ -14,9 +14,11 @@ import hashlib
 import pickle
 import re
 import threading
+import uuid
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import zstandard
 
 from tokenmill.memory import tame_allocators
@@ -167,3 +169,40 @@ def partition_dropped(doc: dict[str, Any], _n: int) -> int:
 def to_row(doc: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
     """The Parquet row for ``doc``: only schema columns, transient keys left out."""
     return {name: doc.get(name) for name in schema.names}
+
+
+class DocsFile:
+    """One docs Parquet file (zstd), streamed: rows are buffered up to ``row_group_bytes`` of
+    text and written as a row group, so memory is one row group whatever the file's size.
+    Written under a temporary name and renamed on ``close``."""
+
+    def __init__(self, path: str, schema: pa.Schema, row_group_bytes: int = 8 << 20):
+        from apache_beam.io.filesystems import FileSystems
+
+        self._path, self._tmp = path, f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        self._fh = FileSystems.create(self._tmp)
+        self._writer = pq.ParquetWriter(self._fh, schema, compression="zstd")
+        self._schema, self._limit = schema, row_group_bytes
+        self._rows: list[dict[str, Any]] = []
+        self._bytes = 0
+
+    def add(self, doc: dict[str, Any]) -> None:
+        self._rows.append(to_row(doc, self._schema))
+        self._bytes += len(doc.get("text") or "") + 200
+        if self._bytes >= self._limit:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._rows:
+            self._writer.write_table(pa.Table.from_pylist(self._rows, schema=self._schema))
+        self._rows, self._bytes = [], 0
+
+    def close(self) -> None:
+        from apache_beam.io.filesystems import FileSystems
+
+        self._flush()
+        self._writer.close()
+        self._fh.close()
+        if FileSystems.exists(self._path):  # a retried bundle: the earlier attempt wrote the same rows
+            FileSystems.delete([self._path])
+        FileSystems.rename([self._tmp], [self._path])

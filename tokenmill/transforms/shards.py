@@ -2,11 +2,11 @@
 
 A shard is an Arrow IPC *file* (not stream) with no compression, so ``pa.memory_map`` gives
 the trainer zero-copy access. Columns ``id: string`` and ``tokens: list<uint16|uint32>``,
-record batches bounded by ``batch_tokens``. Everything about placement is a pure function of
-the document id (split by a hash, shard by another), and rows inside a shard are sorted by
-id, so the same input and config give byte-identical shards on every runner.
+record batches bounded by ``batch_tokens``. Placement is a pure function of the document id
+(split by one hash; the shard is the document's bucket, by another) and rows inside a shard
+are sorted by id, so the same input and config give byte-identical shards on every runner.
 
-Files are written under a temporary name and renamed; the manifest is written last, after
+A shard is streamed to a temporary name and renamed; the manifest is written last, after
 every shard, so a crashed run never leaves an output that looks complete.
 """
 
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import uuid
 from typing import Any
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
@@ -36,14 +34,6 @@ def split_of(doc_id: str, val_fraction: float, salt: str = "split") -> str:
     return "val" if _unit_hash(doc_id, salt) < val_fraction else "train"
 
 
-def shard_index(doc_id: str, n_shards: int) -> int:
-    return min(n_shards - 1, int(_unit_hash(doc_id, "shard") * n_shards))
-
-
-def n_shards_for(total_bytes: int, target_bytes: int) -> int:
-    return max(1, math.ceil(total_bytes / target_bytes)) if total_bytes else 0
-
-
 def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.arrow"
 
@@ -59,26 +49,99 @@ def shard_schema(dtype: np.dtype, tok: dict[str, Any]) -> pa.Schema:
     )
 
 
+class ShardWriter:
+    """Rows (already in their final order) streamed into one Arrow IPC file, uncompressed, in
+    record batches of at most ``batch_tokens`` tokens (or one row): memory is one batch."""
+
+    def __init__(self, sink, schema: pa.Schema, batch_tokens: int):
+        self._writer = pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None))
+        self._schema, self._batch_tokens = schema, batch_tokens
+        self._value_type = schema.field("tokens").type.value_type
+        self._ids: list[str] = []
+        self._toks: list[np.ndarray] = []
+        self._pending = 0
+        self.docs = self.tokens = 0
+
+    def add(self, doc_id: str, tokens: np.ndarray) -> None:
+        if self._ids and self._pending + len(tokens) > self._batch_tokens:
+            self._flush()
+        self._ids.append(doc_id)
+        self._toks.append(tokens)
+        self._pending += len(tokens)
+        self.docs += 1
+        self.tokens += len(tokens)
+
+    def _flush(self) -> None:
+        offsets = np.zeros(len(self._toks) + 1, dtype=np.int32)
+        np.cumsum([len(t) for t in self._toks], out=offsets[1:])
+        values = pa.array(np.concatenate(self._toks), type=self._value_type)
+        tokens = pa.ListArray.from_arrays(pa.array(offsets), values)
+        self._writer.write_batch(pa.record_batch([pa.array(self._ids, pa.string()), tokens], schema=self._schema))
+        self._ids, self._toks, self._pending = [], [], 0
+
+    def close(self) -> None:
+        if self._ids:
+            self._flush()
+        self._writer.close()
+
+
 def shard_bytes(rows: list[tuple[str, np.ndarray]], schema: pa.Schema, batch_tokens: int) -> bytes:
-    """The Arrow IPC file for ``rows`` (already in their final order), uncompressed."""
-    value_type = schema.field("tokens").type.value_type
+    """The Arrow IPC file for ``rows`` (already in their final order), in memory."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None)) as writer:
-        start = 0
-        while start < len(rows):
-            end, acc = start, 0
-            while end < len(rows) and (end == start or acc + len(rows[end][1]) <= batch_tokens):
-                acc += len(rows[end][1])
-                end += 1
-            chunk = rows[start:end]
-            lengths = np.fromiter((len(t) for _, t in chunk), dtype=np.int64, count=len(chunk))
-            offsets = np.zeros(len(chunk) + 1, dtype=np.int32)
-            np.cumsum(lengths, out=offsets[1:])
-            values = pa.array(np.concatenate([t for _, t in chunk]), type=value_type)
-            tokens = pa.ListArray.from_arrays(pa.array(offsets), values)
-            writer.write_batch(pa.record_batch([pa.array([i for i, _ in chunk], pa.string()), tokens], schema=schema))
-            start = end
+    writer = ShardWriter(sink, schema, batch_tokens)
+    for doc_id, tokens in rows:
+        writer.add(doc_id, tokens)
+    writer.close()
     return sink.getvalue().to_pybytes()
+
+
+class _HashingSink:
+    """A binary file that hashes and counts what goes through it (for the manifest's sha256)."""
+
+    def __init__(self, fh):
+        self._fh, self.sha, self.size, self.closed = fh, hashlib.sha256(), 0, False
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self._fh.write(data)
+        self.sha.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._fh.close()
+            self.closed = True
+
+
+class ShardFile:
+    """One shard written straight to OUT/shards (a temporary name, renamed on ``close``), its
+    manifest entry returned by ``close``."""
+
+    def __init__(self, out: str, split: str, index: int, count: int, schema: pa.Schema, batch_tokens: int):
+        self.split, self.name = split, shard_name(split, index, count)
+        self._path = FileSystems.join(out, "shards", self.name)
+        self._tmp = f"{self._path}.tmp-{uuid.uuid4().hex[:8]}"
+        self._sink = _HashingSink(FileSystems.create(self._tmp))
+        self._writer = ShardWriter(pa.PythonFile(self._sink, mode="w"), schema, batch_tokens)
+
+    def add(self, doc_id: str, tokens: np.ndarray) -> None:
+        self._writer.add(doc_id, tokens)
+
+    def close(self) -> dict[str, Any]:
+        self._writer.close()
+        self._sink.close()
+        if FileSystems.exists(self._path):  # a retried bundle: the earlier attempt wrote the same bytes
+            FileSystems.delete([self._path])
+        FileSystems.rename([self._tmp], [self._path])
+        return {"split": self.split, "file": f"shards/{self.name}", "docs": self._writer.docs,
+                "tokens": self._writer.tokens, "bytes": self._sink.size, "sha256": self._sink.sha.hexdigest()}
 
 
 def write_atomically(path: str, data: bytes) -> None:
@@ -92,13 +155,13 @@ def write_atomically(path: str, data: bytes) -> None:
 
 def write_shard(key: tuple[str, int, int], rows: list[tuple[str, np.ndarray]], out: str, dtype: str,
                 tok: dict[str, Any], batch_tokens: int) -> dict[str, Any]:
+    """A shard of ``rows`` in any order (sorted here as the pipeline sorts: by id), for tests and
+    benches that make shards without running ``prepare``."""
     split, index, count = key
-    rows = sorted(rows, key=lambda r: (r[0], r[1].tobytes()))
-    data = shard_bytes(rows, shard_schema(np.dtype(dtype), tok), batch_tokens)
-    name = shard_name(split, index, count)
-    write_atomically(FileSystems.join(out, "shards", name), data)
-    return {"split": split, "file": f"shards/{name}", "docs": len(rows), "tokens": int(sum(len(t) for _, t in rows)),
-            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    shard = ShardFile(out, split, index, count, shard_schema(np.dtype(dtype), tok), batch_tokens)
+    for doc_id, tokens in sorted(rows, key=lambda r: (r[0], r[1].tobytes())):
+        shard.add(doc_id, tokens)
+    return shard.close()
 
 
 def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: dict, version: str) -> dict:
@@ -285,38 +348,3 @@ def count_shard(path: str) -> tuple[int, int]:
             docs += batch.num_rows
             tokens += len(batch.column("tokens").values)
     return docs, tokens
-
-
-# ---------------------------------------------------------------- Beam wrapper
-
-
-class WriteShards(beam.PTransform):
-    """Kept docs with tokens -> shard files; outputs one metadata dict per shard written."""
-
-    def __init__(self, out: str, val_fraction: float, target_bytes: int, batch_tokens: int, tok_info, dtype):
-        super().__init__()
-        self.out, self.val_fraction = out, val_fraction
-        self.target_bytes, self.batch_tokens = target_bytes, batch_tokens
-        self.tok_info, self.dtype = tok_info, dtype  # singleton side inputs (PCollections)
-
-    def expand(self, docs):
-        # Locals only in the lambdas below: capturing self would pickle the side-input PCollections.
-        val_fraction, target, out, batch_tokens = self.val_fraction, self.target_bytes, self.out, self.batch_tokens
-        keyed = docs | "BySplit" >> beam.Map(lambda d: (split_of(d["id"], val_fraction), (d["id"], d["tokens"])))
-        totals = (keyed
-                  | "Bytes" >> beam.Map(lambda kv: (kv[0], int(kv[1][1].nbytes)))
-                  | "SplitBytes" >> beam.CombinePerKey(sum))
-
-        def assign(kv, totals):
-            split, (doc_id, tokens) = kv
-            n = n_shards_for(totals[split], target)
-            return (split, shard_index(doc_id, n), n), (doc_id, tokens)
-
-        return (
-            keyed
-            | "Assign" >> beam.Map(assign, totals=beam.pvalue.AsDict(totals))
-            | "GroupShard" >> beam.GroupByKey()
-            | "Write" >> beam.Map(
-                lambda kv, tok, dtype: write_shard(kv[0], list(kv[1]), out, dtype, tok, batch_tokens),
-                tok=beam.pvalue.AsSingleton(self.tok_info), dtype=beam.pvalue.AsSingleton(self.dtype))
-        )

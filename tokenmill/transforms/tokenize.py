@@ -1,9 +1,9 @@
 """Tokenization with Hugging Face ``tokenizers`` (Rust): training, loading, batched encoding.
 
 The tokenizer travels through the pipeline as its JSON string (a single-element side input),
-whether it was trained on a sample of the surviving documents or loaded from the user's
-``tokenizer.json``: workers rebuild it once and encode in batches with ``encode_batch``,
-which runs in Rust threads outside the GIL.
+whether it was trained on a bounded sample of the cleaned documents or loaded from the user's
+``tokenizer.json``: workers rebuild it once (``Encoder``) and encode in batches with
+``encode_batch``, which runs in Rust threads outside the GIL.
 """
 
 from __future__ import annotations
@@ -144,42 +144,31 @@ def encode_texts(tok, texts: list[str], eos_id: int, dtype: np.dtype) -> list[np
     return out
 
 
+class Encoder:
+    """A tokenizer JSON ready to encode batches of documents: built once per worker."""
+
+    def __init__(self, tok_json: str, eos_token: str | None):
+        self.json = tok_json
+        tok = tokenizer_from_json(tok_json)
+        self.info = tokenizer_info(tok_json, eos_token, tok)
+        self.dtype = token_dtype(self.info["vocab_size"])
+        self._tok, self._eos = tok, self.info["eos_id"]
+        self._unk = next((tok.token_to_id(t) for t in (UNK, "[UNK]", "<unk>") if tok.token_to_id(t) is not None), None)
+
+    def encode(self, docs: list[dict]) -> list[np.ndarray]:
+        """Tokens of each document (EOS appended); sets ``n_tokens`` and ``n_unk`` on it."""
+        ids_list = encode_texts(self._tok, [d["text"] for d in docs], self._eos, self.dtype)
+        for d, ids in zip(docs, ids_list):
+            d["n_tokens"] = len(ids)
+            # Tokens the vocabulary could not cover (always 0 for byte-level BPE).
+            d["n_unk"] = int((ids == self._unk).sum()) if self._unk is not None else 0
+        count("tokenize.in", len(docs))
+        count("tokenize.out", len(docs))
+        count("tokenize.tokens", sum(len(i) for i in ids_list))
+        return ids_list
+
+
 # ---------------------------------------------------------------- Beam wrapper
-
-
-class TokenizeBatchFn(beam.DoFn):
-    """Encodes a batch of documents (from BatchElements); dropped docs pass through."""
-
-    def __init__(self, eos_token: str | None):
-        self.eos_token = eos_token
-        self._json = None
-        self._tok = None
-
-    def _tokenizer(self, tok_json: str):
-        # Built once per worker, not per batch: the side input is the same str object batch
-        # after batch, so identity settles it for free (hashing it per batch cost 6 ms for a
-        # 9 MB tokenizer.json); a value compare only when another object comes.
-        if tok_json is not self._json and tok_json != self._json:
-            tok = tokenizer_from_json(tok_json)
-            info = tokenizer_info(tok_json, self.eos_token, tok)
-            unk = next((tok.token_to_id(t) for t in (UNK, "[UNK]", "<unk>") if tok.token_to_id(t) is not None), None)
-            self._tok = (tok, info["eos_id"], token_dtype(info["vocab_size"]), unk)
-        self._json = tok_json
-        return self._tok
-
-    def process(self, batch: list[dict], tok_json: str):
-        tok, eos_id, dtype, unk = self._tokenizer(tok_json)
-        live = [d for d in batch if not d.get("dropped_by")]
-        if live:
-            for d, ids in zip(live, encode_texts(tok, [d["text"] for d in live], eos_id, dtype)):
-                d["tokens"] = ids
-                d["n_tokens"] = len(ids)
-                # Tokens the vocabulary could not cover (always 0 for byte-level BPE).
-                d["n_unk"] = int((ids == unk).sum()) if unk is not None else 0
-            count("tokenize.in", len(live))
-            count("tokenize.out", len(live))
-            count("tokenize.tokens", sum(d["n_tokens"] for d in live))
-        yield from batch
 
 
 def sample_key(doc: dict) -> tuple[bytes, str]:
@@ -188,18 +177,17 @@ def sample_key(doc: dict) -> tuple[bytes, str]:
 
 
 class TrainOnSample(beam.PTransform):
-    """Survivors -> a deterministic sample -> one trained tokenizer JSON string."""
+    """(sample_key, text) pairs -> the ``n_docs`` smallest keys -> one trained tokenizer JSON
+    string. A lifted combine: each worker keeps only its ``n_docs`` smallest, so the sample is
+    bounded whatever the corpus."""
 
-    def __init__(self, n_docs: int, max_chars: int, vocab_size: int, kind: str, min_frequency: int):
+    def __init__(self, n_docs: int, vocab_size: int, kind: str, min_frequency: int):
         super().__init__()
-        self.n_docs, self.max_chars = n_docs, max_chars
-        self.vocab_size, self.kind, self.min_frequency = vocab_size, kind, min_frequency
+        self.n_docs, self.vocab_size, self.kind, self.min_frequency = n_docs, vocab_size, kind, min_frequency
 
-    def expand(self, docs):
-        max_chars = self.max_chars
+    def expand(self, samples):
         return (
-            docs
-            | "Keyed" >> beam.Map(lambda d: (sample_key(d), d["text"][:max_chars]))
+            samples
             | "Smallest" >> beam.combiners.Top.Smallest(self.n_docs)
             | "Train" >> beam.Map(self._train)
         )

@@ -1,0 +1,176 @@
+"""The two ends of the bucket design (transforms/buckets): the clean phase's last step, which
+stashes documents and sends on small records, and the finish phase, one bucket at a time.
+
+``finish_bucket`` is the pure core (a test calls it without Beam); the DoFns only wire it in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import xxhash
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.pvalue import TaggedOutput
+
+from tokenmill.config import JobConfig
+from tokenmill.transforms import doc as docmod
+from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of
+from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook
+from tokenmill.transforms.shards import ShardFile, shard_schema, split_of
+from tokenmill.transforms.stage import count
+from tokenmill.transforms.tokenize import Encoder, sample_key
+
+NODES, SAMPLE, SHARDS = "nodes", "sample", "shards"
+KEPT, DUPLICATES, FILTERED = "kept", "duplicates", "filtered"  # the docs Parquet files
+LOCATOR, VERDICT = 0, 1  # tags of what a bucket's group holds
+
+
+def candidates_folder(out: str) -> str:
+    return FileSystems.join(out, TMP, "candidates")
+
+
+class StashFn(beam.DoFn):
+    """Clean phase, last step. Every document is written to a candidate file and becomes
+    small records: (bucket, locator) (main) and, for a live one, its dedup node ('nodes') and,
+    when a tokenizer is to be trained, a sample text ('sample'). Dropped documents wait too, so
+    that every docs Parquet file is written by its bucket, sorted by id: the same bytes on
+    every runner."""
+
+    def __init__(self, cfg: JobConfig, out: str, buckets: int, sample: bool):
+        self._cfg, self._folder, self._buckets, self._sample = cfg, candidates_folder(out), buckets, sample
+
+    def setup(self):
+        self._recorder = Recorder(self._cfg.dedup) if self._cfg.dedup.enabled else None
+
+    def start_bundle(self):
+        self._writer = CandidateWriter(self._folder)
+
+    def process(self, doc):
+        live = not docmod.is_dropped(doc)
+        node = self._recorder(doc) if self._recorder and live else None
+        if node is not None:
+            yield TaggedOutput(NODES, node)
+        if self._sample and live:
+            yield TaggedOutput(SAMPLE, (sample_key(doc), (doc.get("text") or "")[: self._cfg.tokenize.train_max_chars]))
+        frame = docmod.pack(doc)
+        file, offset = self._writer.add(frame)
+        loc = Locator(doc.get("id") or "", xxhash.xxh3_64_intdigest(frame), node.key if node else None,
+                      file, offset, len(frame))
+        yield bucket_of(doc.get("id"), self._buckets), (LOCATOR, loc)
+
+    def finish_bundle(self):
+        self._writer.close()
+
+
+def verdict_for_bucket(v: Verdict, buckets: int, mode: str):
+    from tokenmill.transforms.dedup import node_id
+
+    return bucket_of(node_id(v.key, mode), buckets), (VERDICT, v)
+
+
+class ShardOpener:
+    """Opens a bucket's shard of a split (named by the bucket) for finish_bucket."""
+
+    def __init__(self, out: str, bucket: int, buckets: int, encoder: Encoder, val_fraction: float, batch_tokens: int):
+        self.val_fraction = val_fraction
+        self._args = (out, bucket, buckets, shard_schema(np.dtype(encoder.dtype), encoder.info), batch_tokens)
+
+    def __call__(self, split: str) -> ShardFile:
+        out, bucket, buckets, schema, batch_tokens = self._args
+        return ShardFile(out, split, bucket, buckets, schema, batch_tokens)
+
+
+def finish_bucket(
+    locators: Iterable[Locator],
+    verdicts: Iterable[Verdict],
+    reader: CandidateReader,
+    encoder: Encoder | None,
+    shard_opener: ShardOpener | None,
+    docs_opener,
+    batch_size: int,
+) -> Iterator[tuple[str, Any]]:
+    """One bucket: its documents in (id, tie) order with dedup's verdicts applied, each written
+    to its docs Parquet file (``docs_opener(KEPT | DUPLICATES | FILTERED)`` opens one) and given
+    back as (that name, doc); survivors tokenized in batches and, with a ``shard_opener``,
+    streamed into the bucket's shards, whose manifest entries come last as (SHARDS, meta)."""
+    book = VerdictBook(verdicts)
+    files: dict[str, Any] = {}
+    shards: dict[str, ShardFile] = {}
+    batch: list[dict] = []
+
+    def write(branch: str, doc: dict) -> tuple[str, dict]:
+        if branch not in files:
+            files[branch] = docs_opener(branch)
+        files[branch].add(doc)
+        return branch, doc
+
+    def flush():
+        ids_list = encoder.encode(batch) if encoder else [None] * len(batch)
+        for d, ids in zip(batch, ids_list):
+            if ids is not None and shard_opener is not None:
+                split = split_of(d["id"], shard_opener.val_fraction)
+                if split not in shards:
+                    shards[split] = shard_opener(split)
+                shards[split].add(d["id"], ids)
+        out = [write(KEPT, d) for d in batch]
+        batch.clear()
+        return out
+
+    for loc in sorted(locators, key=lambda lc: (lc.id, lc.tie, lc.key or b"")):
+        doc = docmod.unpack(reader.read(loc))
+        if docmod.is_dropped(doc):  # by a clean-phase stage
+            yield write(FILTERED, doc)
+            continue
+        if docmod.is_dropped(book.apply(doc, loc.key)):
+            count(f"dropped.{doc['dropped_by']}")
+            yield write(DUPLICATES, doc)
+            continue
+        batch.append(doc)
+        if len(batch) >= batch_size:
+            yield from flush()
+    if batch:
+        yield from flush()
+    for branch in sorted(files):
+        files[branch].close()
+    for split in sorted(shards):
+        yield SHARDS, shards[split].close()
+
+
+class FinishFn(beam.DoFn):
+    """Finish phase: (bucket, [locators and verdicts]) -> the bucket's docs Parquet files and
+    shards; every document comes out (main, for the report) and every shard's manifest entry
+    ('shards'). The tokenizer JSON comes as a side input when tokenizing."""
+
+    def __init__(self, cfg: JobConfig, out: str, buckets: int, schema):
+        self._cfg, self._out, self._buckets, self._schema = cfg, out, buckets, schema
+        self._encoder: Encoder | None = None
+
+    def _encoder_for(self, tok_json: str | None) -> Encoder | None:
+        # Built once per worker: the side input is the same str object bundle after bundle.
+        if tok_json is None:
+            return None
+        if self._encoder is None or (tok_json is not self._encoder.json and tok_json != self._encoder.json):
+            self._encoder = Encoder(tok_json, self._cfg.tokenize.eos_token)
+        return self._encoder
+
+    def process(self, kv, tok_json: str | None = None):
+        bucket, items = kv
+        encoder = self._encoder_for(tok_json)
+        s = self._cfg.shards
+        opener = (ShardOpener(self._out, bucket, self._buckets, encoder, s.val_fraction, s.batch_tokens)
+                  if encoder is not None and s.enabled else None)
+        reader = CandidateReader()
+
+        def docs_file(branch: str) -> docmod.DocsFile:
+            name = f"{branch}-{bucket:05d}-of-{self._buckets:05d}.parquet"
+            return docmod.DocsFile(FileSystems.join(self._out, "docs", name), self._schema)
+
+        try:
+            for tag, value in finish_bucket((v for t, v in items if t == LOCATOR), (v for t, v in items if t == VERDICT),
+                                            reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size):
+                yield TaggedOutput(tag, value) if tag == SHARDS else value
+        finally:
+            reader.close()

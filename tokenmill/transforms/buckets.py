@@ -1,0 +1,119 @@
+"""Buckets: documents wait in files, not in a shuffle, while dedup decides on small records.
+
+The clean phase streams every live document into candidate files under the run's stage
+folder and sends on a ``Locator`` (id, node key, file, offset) keyed by the document's bucket,
+a hash of its id. The finish phase gets, per bucket, its locators and dedup's verdicts (small
+records through one GroupByKey), reads the documents back in id order, applies the verdicts,
+tokenizes the survivors and writes the bucket's shards. A worker holds one bucket's locators
+and one batch of documents, whatever the corpus size.
+
+The bucket count is fixed up front from the input size (``bucket_count``), so the shard count
+does not wait for token totals.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import OrderedDict
+from typing import NamedTuple
+
+import xxhash
+from apache_beam.io.filesystems import CompressionTypes, FileSystems
+
+TMP = ".tmp"  # under the run's stage folder; removed before the output is published
+
+# Token bytes per input byte, for sizing only (a wrong guess changes shard sizes, not output
+# content): text formats ~0.4 (about 4.5 characters a token, 2 bytes each); HTML and WARC
+# ~0.05 (the main text is a small part of a page's bytes); compressed files inflate ~4x.
+_TEXT_RATIO, _MARKUP_RATIO, _INFLATE = 0.4, 0.05, 4.0
+_MARKUP = (".html", ".htm", ".xhtml", ".warc", ".arc")
+_COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".parquet")
+# At least this many buckets: the finish phase runs one bucket per worker at a time, and a small
+# job of one bucket would leave all but one worker idle.
+MIN_BUCKETS = 4
+MAX_BUCKETS = 100_000
+
+
+def estimate_token_bytes(path: str, size: int) -> float:
+    name = path.lower()
+    inflate = _INFLATE if name.endswith(_COMPRESSED) else 1.0
+    for ext in _COMPRESSED:
+        name = name.removesuffix(ext)
+    return size * inflate * (_MARKUP_RATIO if name.endswith(_MARKUP) else _TEXT_RATIO)
+
+
+def bucket_count(files, target_bytes: int, explicit: int = 0) -> int:
+    """Buckets (= shards per split) for inputs ``files`` (with ``path`` and ``size``): about
+    ``target_bytes`` of tokens each, or ``explicit`` when set."""
+    if explicit:
+        return explicit
+    est = sum(estimate_token_bytes(f.path, f.size) for f in files)
+    return min(MAX_BUCKETS, max(MIN_BUCKETS, math.ceil(est / target_bytes)))
+
+
+def bucket_of(doc_id: str | None, buckets: int) -> int:
+    return xxhash.xxh3_64_intdigest((doc_id or "").encode("utf-8", "surrogatepass")) % buckets
+
+
+class Locator(NamedTuple):
+    """Where a live document waits: sorted by (id, tie) in its bucket."""
+
+    id: str
+    tie: int  # a hash of the stored bytes: a total order among records with one id
+    key: bytes | None  # its dedup node key, None if it takes no part
+    file: str
+    offset: int
+    length: int
+
+
+class CandidateWriter:
+    """Append-only candidate files for one bundle, rolled at ``roll_bytes``. A new file per
+    bundle: a retried bundle never writes into a file a committed one points to (its own
+    files are orphans, removed with the folder)."""
+
+    def __init__(self, folder: str, roll_bytes: int = 64 << 20):
+        self._folder, self._roll = folder, roll_bytes
+        self._fh, self._name, self._pos = None, "", 0
+
+    def add(self, frame: bytes) -> tuple[str, int]:
+        if self._fh is None or self._pos >= self._roll:
+            self.close()
+            self._name = FileSystems.join(self._folder, f"{uuid.uuid4().hex}.bin")
+            self._fh = FileSystems.create(self._name, compression_type=CompressionTypes.UNCOMPRESSED)
+            self._pos = 0
+        at = self._pos
+        self._fh.write(frame)
+        self._pos += len(frame)
+        return self._name, at
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class CandidateReader:
+    """Reads frames back by (file, offset, length), a few files kept open."""
+
+    def __init__(self, keep_open: int = 16):
+        self._open: OrderedDict[str, object] = OrderedDict()
+        self._keep = keep_open
+
+    def read(self, loc: Locator) -> bytes:
+        fh = self._open.pop(loc.file, None)
+        if fh is None:
+            fh = FileSystems.open(loc.file, compression_type=CompressionTypes.UNCOMPRESSED)
+            while len(self._open) >= self._keep:
+                self._open.popitem(last=False)[1].close()
+        self._open[loc.file] = fh
+        fh.seek(loc.offset)
+        data = fh.read(loc.length)
+        if len(data) != loc.length:
+            raise OSError(f"{loc.file}: {len(data)} bytes at offset {loc.offset}, expected {loc.length} "
+                          "(a temporary candidate file was changed during the run)")
+        return data
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()

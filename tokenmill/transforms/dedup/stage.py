@@ -1,0 +1,273 @@
+"""Dedup as Beam steps: node records in, verdicts out.
+
+1. Exact: every document that takes part is a node under its node key, which ends in ``h``
+   (xxh3-128 of its lower-cased, whitespace-collapsed text). Copies share a signature, so LSH
+   puts them in one component: copies that meet in one batch are merged first (the smallest
+   key stays), the others link to their smallest node in every bucket. The last join by ``h``
+   finds each group's representative and tells exact copies from near ones.
+2. MinHash signatures come with the records (records.Recorder).
+3. LSH on packed blocks (lsh), verification in two joins (verify), or, for a job whose LSH has
+   one partition, in that partition's group, which then labels the nodes itself.
+4. Connected components (components).
+5. Survivor: the component minimum is the survivor (survivor.node_key); the join by ``h`` gives
+   every member of a cluster its ``Verdict``.
+
+Only keys, signatures, edges and verdicts move: never a document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import AsSingleton, TaggedOutput
+
+from tokenmill.config import DedupConfig
+from tokenmill.transforms.dedup.components import NS, ConnectedComponents, star_forest, union_find_components
+from tokenmill.transforms.dedup.limits import Limits
+from tokenmill.transforms.dedup.lsh import band_blobs, bucket_edges, exact_reps
+from tokenmill.transforms.dedup.records import Recorder
+from tokenmill.transforms.dedup.survivor import group_verdicts, node_hash
+from tokenmill.transforms.dedup.verify import (
+    attach_signature,
+    edge_blobs,
+    signature_blobs,
+    verify_edges,
+    verify_local,
+)
+
+
+class NodesFn(beam.DoFn):
+    """Docs -> their dedup nodes (those that take part), for running Dedup on documents outside
+    ``prepare`` (whose Stash step makes the nodes as it stores the documents)."""
+
+    def __init__(self, cfg: DedupConfig):
+        self._cfg = cfg
+
+    def setup(self):
+        self._recorder = Recorder(self._cfg)
+
+    def process(self, doc):
+        node = self._recorder(doc)
+        if node is not None:
+            yield node
+
+
+def _join_records(node):
+    """A node -> its join record by h (every node), and its LSH record (those with a signature)."""
+    key, sig = node
+    yield (node_hash(key), (0, key))
+    if sig is not None:
+        yield TaggedOutput(_LSH, (key, sig))
+
+
+_LSH = "lsh"
+
+
+class _BandBlobs(beam.DoFn):
+    """A batch of (node key, signature) -> band blobs (main) and, to verify, signature blobs:
+    beside the band blobs when the LSH has one partition (its group verifies), else to the
+    joins ('sigs')."""
+
+    SIGS = "sigs"
+
+    def __init__(self, bands: int, rows: int, verify: bool, limits: Limits):
+        self._bands = bands
+        self._rows = rows
+        self._verify = verify
+        self._limits = limits
+
+    def process(self, batch, nodes):
+        batch = exact_reps(batch)
+        keys = [k for k, _ in batch]
+        sigs = [s for _, s in batch]
+        partitions = self._limits.lsh_partitions(nodes, self._bands)
+        yield from band_blobs(keys, sigs, self._bands, self._rows, partitions)
+        if self._verify and partitions == 1:
+            yield from signature_blobs(keys, sigs, 1)
+        elif self._verify:
+            for kv in signature_blobs(keys, sigs, self._limits.join_partitions(nodes)):
+                yield TaggedOutput(self.SIGS, kv)
+
+
+class _EdgeSink(beam.DoFn):
+    """Where edges are known to be kept: a group that saw every edge labels the nodes itself
+    ('labels', ready for the final join) and the components get nothing to do; any other group
+    hands its edges on to the components as a star forest."""
+
+    LABELS = "labels"
+
+    def setup(self):
+        self._kept = Metrics.counter(NS, "verify_kept_edges")
+        self._rejected = Metrics.counter(NS, "verify_rejected_edges")
+
+    def _emit(self, kept, whole: bool):
+        if whole:
+            for label in union_find_components(kept).items():
+                yield TaggedOutput(self.LABELS, _label_for_join(label))
+        else:
+            yield from star_forest(kept)
+
+    def _verified(self, kept, rejected: int, whole: bool):
+        self._kept.inc(len(kept))
+        self._rejected.inc(rejected)
+        return self._emit(kept, whole)
+
+
+class _BucketEdges(_EdgeSink):
+    """One LSH partition -> its candidate edges. Verified here when the LSH has one partition
+    (the signatures came along), else sent to the joins as edge blobs by home(a); unverified,
+    they go on as they are."""
+
+    def __init__(self, cfg: DedupConfig, limits: Limits):
+        self._limits = limits
+        self._max = cfg.bucket_all_pairs_max
+        self._verify = cfg.verify
+        self._bands = cfg.bands
+        self._num_perm = cfg.bands * cfg.rows
+        self._threshold = cfg.verify_threshold
+
+    def setup(self):
+        super().setup()
+        self._candidates = Metrics.counter(NS, "lsh_candidate_edges")
+        self._big = Metrics.counter(NS, "lsh_big_buckets")
+
+    def process(self, kv, nodes):
+        edges, big = bucket_edges(kv[1], self._max)
+        self._candidates.inc(len(edges))
+        if big:
+            self._big.inc(big)
+        whole = self._limits.lsh_partitions(nodes, self._bands) == 1
+        if not self._verify:
+            yield from self._emit(edges, whole)
+        elif whole:
+            yield from self._verified(*verify_local(kv[1], edges, self._num_perm, self._threshold), True)
+        else:
+            yield from edge_blobs(edges, self._limits.join_partitions(nodes), 0, None, self._limits.edge_blob)
+
+
+class _AttachSignature(beam.DoFn):
+    """Join 1 (see attach_signature)."""
+
+    def __init__(self, num_perm: int, limits: Limits):
+        self._num_perm = num_perm
+        self._limits = limits
+
+    def process(self, kv, nodes):
+        yield from attach_signature(kv[1], self._num_perm, self._limits.join_partitions(nodes), self._limits.edge_blob)
+
+
+class _VerifyEdges(_EdgeSink):
+    """Join 2 (see verify_edges)."""
+
+    def __init__(self, num_perm: int, threshold: float, limits: Limits):
+        self._num_perm = num_perm
+        self._threshold = threshold
+        self._limits = limits
+
+    def process(self, kv, nodes):
+        kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
+        yield from self._verified(kept, rejected, self._limits.join_partitions(nodes) == 1)
+
+
+def _label_for_join(kv):
+    node, label = kv
+    return node_hash(node), (2, label)
+
+
+def _label_for_join(kv):
+    node, label = kv
+    return node_hash(node), (2, label)
+
+
+class _Assign(beam.DoFn):
+    """Per exact group h: its node keys (tag 0) and, when the group is in a near-duplicate
+    component, its nodes' component labels (tag 2). Every node of the group that took part in
+    LSH is in one component (copies share a signature), so any message's label is the group's."""
+
+    def __init__(self, cfg: DedupConfig):
+        self._mode = cfg.survivor
+
+    def setup(self):
+        self._counts = {r: Metrics.counter(NS, n) for r, n in
+                        ((None, "cluster_survivors"), ("dedup:exact_duplicate", "exact_duplicates"),
+                         ("dedup:near_duplicate", "near_duplicates"))}
+
+    def process(self, kv):
+        _h, items = kv
+        label = next((v for t, v in items if t == 2), None)
+        for v in group_verdicts([k for t, k in items if t == 0], label, self._mode):
+            self._counts[v.reason].inc()
+            yield v
+
+
+class Dedup(beam.PTransform):
+    """PCollection[Node] -> PCollection[Verdict]: one verdict per document in a cluster (exact
+    or near); a document with no verdict is unique."""
+
+    def __init__(self, cfg: DedupConfig | None = None, limits: Limits = Limits(), label: str | None = None):
+        super().__init__(label)
+        self._cfg = cfg or DedupConfig()
+        self._limits = limits
+
+    def expand(self, nodes):
+        cfg, limits = self._cfg, self._limits
+        prepared = nodes | "Prepare" >> (
+            beam.FlatMap(_join_records)
+            # Without this, Beam infers the main output as "tuple or TaggedOutput" and the
+            # GroupByKey downstream refuses it.
+            .with_output_types(tuple[bytes, tuple[int, Any]])
+            .with_outputs(_LSH, main="join")
+        )
+        labels = []  # (h, (2, label)) for the join
+        if cfg.near:
+            sigs = prepared[_LSH]
+            count = sigs | "CountNodes" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
+            n_nodes = AsSingleton(count, default_value=0)
+            blobs = (
+                sigs
+                | "BatchNodes" >> beam.BatchElements(min_batch_size=limits.batch_nodes,
+                                                     max_batch_size=limits.batch_nodes)
+                | "BandBlobs"
+                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify, limits), n_nodes)
+                .with_output_types(tuple[int, Any])
+                .with_outputs(_BandBlobs.SIGS, main="bands")
+            )
+            buckets = (
+                blobs.bands
+                | "Buckets" >> beam.GroupByKey()
+                | "BucketEdges"
+                >> beam.ParDo(_BucketEdges(cfg, limits), n_nodes)
+                .with_output_types(tuple[Any, Any])
+                .with_outputs(_EdgeSink.LABELS, main="edges")
+            )
+            labels.append(buckets.labels)
+            edges = buckets.edges
+            if cfg.verify:
+                num_perm = cfg.bands * cfg.rows
+                attached = (
+                    (blobs.sigs, edges)
+                    | "SigAFlatten" >> beam.Flatten()
+                    | "SigAGroup" >> beam.GroupByKey()
+                    | "AttachSignature" >> beam.ParDo(_AttachSignature(num_perm, limits), n_nodes)
+                )
+                verified = (
+                    (blobs.sigs, attached)
+                    | "SigBFlatten" >> beam.Flatten()
+                    | "SigBGroup" >> beam.GroupByKey()
+                    | "Verify"
+                    >> beam.ParDo(_VerifyEdges(num_perm, cfg.verify_threshold, limits), n_nodes)
+                    .with_output_types(tuple[Any, Any])
+                    .with_outputs(_EdgeSink.LABELS, main="edges")
+                )
+                edges = verified.edges
+                labels.append(verified.labels)
+            components = edges | "Components" >> ConnectedComponents(cfg.max_rounds, limits)
+            labels.append(components | "LabelForJoin" >> beam.Map(_label_for_join))
+        return (
+            [prepared.join, *labels]
+            | "JoinFlatten" >> beam.Flatten()
+            | "JoinGroup" >> beam.GroupByKey()
+            | "Assign" >> beam.ParDo(_Assign(cfg))
+        )
