@@ -228,13 +228,6 @@ class ReportFn(beam.CombineFn):
         return acc
 
 
-class MergeReportsFn(ReportFn):
-    """Merges the accumulators ``ReportFn`` produced on separate branches of the graph."""
-
-    def add_input(self, acc, other):
-        return merge([acc, other], self.n_samples)
-
-
 # ---------------------------------------------------------------- terminal summary
 
 

@@ -34,6 +34,7 @@ from tokenmill.transforms.dedup.verify import (
     edge_blobs,
     signature_blobs,
     verify_edges,
+    verify_in_group,
     verify_local,
 )
 
@@ -147,15 +148,20 @@ class _BucketEdges(_EdgeSink):
             yield from edge_blobs(edges, self._limits.join_partitions(nodes), 0, None, self._limits.edge_blob)
 
 
-class _AttachSignature(beam.DoFn):
-    """Join 1 (see attach_signature)."""
+class _AttachSignature(_EdgeSink):
+    """Join 1 (see attach_signature); with one join group, it verifies (verify_in_group)."""
 
-    def __init__(self, num_perm: int, limits: Limits):
+    def __init__(self, num_perm: int, threshold: float, limits: Limits):
         self._num_perm = num_perm
+        self._threshold = threshold
         self._limits = limits
 
     def process(self, kv, nodes):
-        yield from attach_signature(kv[1], self._num_perm, self._limits.join_partitions(nodes), self._limits.edge_blob)
+        partitions = self._limits.join_partitions(nodes)
+        if partitions == 1:
+            yield from self._verified(*verify_in_group(kv[1], self._num_perm, self._threshold), True)
+        else:
+            yield from attach_signature(kv[1], self._num_perm, partitions, self._limits.edge_blob)
 
 
 class _VerifyEdges(_EdgeSink):
@@ -250,10 +256,14 @@ class Dedup(beam.PTransform):
                     (blobs.sigs, edges)
                     | "SigAFlatten" >> beam.Flatten()
                     | "SigAGroup" >> beam.GroupByKey()
-                    | "AttachSignature" >> beam.ParDo(_AttachSignature(num_perm, limits), n_nodes)
+                    | "AttachSignature"
+                    >> beam.ParDo(_AttachSignature(num_perm, cfg.verify_threshold, limits), n_nodes)
+                    .with_output_types(tuple[Any, Any])
+                    .with_outputs(_EdgeSink.LABELS, main="edges")
                 )
+                labels.append(attached.labels)
                 verified = (
-                    (blobs.sigs, attached)
+                    (blobs.sigs, attached.edges)
                     | "SigBFlatten" >> beam.Flatten()
                     | "SigBGroup" >> beam.GroupByKey()
                     | "Verify"
