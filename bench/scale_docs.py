@@ -51,7 +51,7 @@ def line_pool(max_pages: int = 3000) -> tuple[list[str], str]:
     lines: list[str] = []
     if pages:
         for p in scaling.pick_spread(pages, max_pages):
-            text = extract_html(p.read_bytes()).get("text") or ""
+            text = extract_html(p.read_bytes()).text or ""
             lines += [ln for ln in text.splitlines() if len(ln) >= 40]
         return lines, f"{min(len(pages), max_pages)} Rust doc pages"
     shared = Path(os.environ.get("TOKENMILL_SHARED_DATA", Path(_HERE).parent.parent / "shared" / "data"))
