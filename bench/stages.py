@@ -384,6 +384,9 @@ class Case:
     docs: list[dict]  # Beam input; the bare loops see the same documents
     beam_stage: Callable  # (pipeline, pcoll) -> pcoll
     bares: list[tuple[str, Callable[[], None]]]  # (what the bare figure is, the loop)
+    # False where the stage does not give one element per document (dedup gives a verdict per
+    # member of a cluster): its sink count is not checked, only the source-only run's.
+    one_out_per_doc: bool = True
     # Best seconds per clock: bare loops by label; A and B on all docs and on FIXED_DOCS docs.
     bare: dict[str, dict[str, float]] = field(default_factory=dict)
     a: dict[str, float] = field(default_factory=dict)
@@ -411,7 +414,8 @@ def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: l
                     [("redact", lambda: bare_pii(texts(inp.live), cfg))]),
         "dedup": Case("dedup", inp.redacted, lambda p, pc: pc | beam.ParDo(NodesFn(cfg.dedup)) | Dedup(cfg.dedup, limits),
                       [("datasketch MinHash+LSH", lambda: bare_dedup(inp.redacted, cfg)),
-                       ("same job, in memory", lambda: bare_dedup_job(inp.redacted, cfg))]),
+                       ("same job, in memory", lambda: bare_dedup_job(inp.redacted, cfg))],
+                      one_out_per_doc=False),
         "tokenize": Case(
             "tokenize", inp.redacted,
             # As prepare's Finish step encodes: batches, the tokenizer JSON as a side input.
@@ -443,7 +447,7 @@ def measure(case: Case, repeat: int, tmp: str) -> None:
             keep_best(case.bare.setdefault(label, {}), timed(fn))
         for path, stage, best, expected in runs if r % 2 == 0 else runs[::-1]:
             took, got = run_beam(path, stage)
-            if got != expected:
+            if got != expected and (stage is None or case.one_out_per_doc):
                 raise SystemExit(f"stages: {case.stage}: {got} documents reached the sink, expected {expected}")
             keep_best(best, took)
 
