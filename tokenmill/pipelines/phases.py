@@ -57,12 +57,18 @@ class StashFn(beam.DoFn):
             yield TaggedOutput(SAMPLE, (sample_key(doc), (doc.get("text") or "")[: self._cfg.tokenize.train_max_chars]))
         frame = docmod.pack(doc)
         file, offset = self._writer.add(frame)
-        loc = Locator(doc.get("id") or "", xxhash.xxh3_64_intdigest(frame), node.key if node else None,
-                      file, offset, len(frame))
+        loc = Locator(doc.get("id") or "", _tie(doc), node.key if node else None, file, offset, len(frame))
         yield bucket_of(doc.get("id"), self._buckets), (LOCATOR, loc)
 
     def finish_bundle(self):
         self._writer.close()
+
+
+def _tie(doc: dict) -> int:
+    """Orders records that share an id, from their content (not from the stored bytes, which
+    depend on the pickle and zstd versions of the worker)."""
+    parts = (doc.get(k) or "" for k in ("text", "url", "source", "dropped_by"))
+    return xxhash.xxh3_64_intdigest("\x1f".join(parts).encode("utf-8", "surrogatepass"))
 
 
 def verdict_for_bucket(v: Verdict, buckets: int, mode: str):

@@ -187,6 +187,17 @@ def _label_for_join(kv):
     return node_hash(node), (2, label)
 
 
+class _Keys:
+    """An exact group's node keys, iterable twice without a list: one group may hold millions
+    of copies (group_verdicts reads it twice)."""
+
+    def __init__(self, items):
+        self._items = items
+
+    def __iter__(self):
+        return (k for t, k in self._items if t == 0)
+
+
 class _Assign(beam.DoFn):
     """Per exact group h: its node keys (tag 0) and, when the group is in a near-duplicate
     component, its nodes' component labels (tag 2). Every node of the group that took part in
@@ -203,7 +214,7 @@ class _Assign(beam.DoFn):
     def process(self, kv):
         _h, items = kv
         label = next((v for t, v in items if t == 2), None)
-        for v in group_verdicts([k for t, k in items if t == 0], label, self._mode):
+        for v in group_verdicts(_Keys(items), label, self._mode):
             self._counts[v.reason].inc()
             yield v
 
