@@ -142,9 +142,8 @@ def is_dropped(doc: dict[str, Any]) -> bool:
 
 
 def pack(doc: dict[str, Any]) -> bytes:
-    """``doc`` as compact bytes, for a shuffle that must carry whole documents (dedup's join).
-    Beam's local runner holds 5-10x the bytes it shuffles; zstd takes the pickles to about
-    half (dedup alone on 20,000 survivors, local runner: 1,871 -> 1,606 MB peak). Level -1, not
+    """``doc`` as compact bytes, for the candidate files where documents wait for the finish
+    phase (pipelines/phases). zstd takes the pickles to about half. Level -1, not
     1: on bench/stages.py's 8,092 docs 10.0 MB instead of 8.5 (of 16.8) at half the CPU
     (44 + 16 ms against 81 + 35 to compress + decompress), and the same peak in
     bench/scaling.py's survivor-heavy 20k run."""
@@ -159,11 +158,6 @@ def _zstd_contexts():
     if not hasattr(_zstd, "c"):
         _zstd.c, _zstd.d = zstandard.ZstdCompressor(level=-1), zstandard.ZstdDecompressor()
     return _zstd
-
-
-def partition_dropped(doc: dict[str, Any], _n: int) -> int:
-    """For ``beam.Partition(partition_dropped, 2)``: 0 for a live doc, 1 for a dropped one."""
-    return int(is_dropped(doc))
 
 
 def to_row(doc: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:

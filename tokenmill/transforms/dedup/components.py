@@ -79,15 +79,23 @@ def _iter_distinct(values: Iterable[Any], cap: int) -> Iterator[Any]:
         yield v
 
 
-class _LargeStar(beam.DoFn):
-    """Per node u: connect every larger neighbour to m(u) = min(u and its neighbours)."""
+class _StarStep(beam.DoFn):
+    """One step of round ``rnd``; counts the edges it changes as cc_round{rnd}_{STEP}_changed."""
+
+    STEP = ""
 
     def __init__(self, rnd: int, cap: int):
         self._rnd = rnd
         self._cap = cap
 
     def setup(self):
-        self._changed = Metrics.counter(NS, f"cc_round{self._rnd}_large_star_changed")
+        self._changed = Metrics.counter(NS, f"cc_round{self._rnd}_{self.STEP}_changed")
+
+
+class _LargeStar(_StarStep):
+    """Per node u: connect every larger neighbour to m(u) = min(u and its neighbours)."""
+
+    STEP = "large_star"
 
     def process(self, kv):
         u, nbrs = kv
@@ -104,19 +112,14 @@ class _LargeStar(beam.DoFn):
             self._changed.inc(changed)
 
 
-class _SmallStar(beam.DoFn):
+class _SmallStar(_StarStep):
     """Per node u with its smaller neighbours N: connect N and u to m = min(N).
 
     Emits every new edge in both directions, as the next large-star (or the labelling) groups
     by either end.
     """
 
-    def __init__(self, rnd: int, cap: int):
-        self._rnd = rnd
-        self._cap = cap
-
-    def setup(self):
-        self._changed = Metrics.counter(NS, f"cc_round{self._rnd}_small_star_changed")
+    STEP = "small_star"
 
     def process(self, kv):
         u, smaller = kv

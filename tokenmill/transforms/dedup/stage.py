@@ -148,13 +148,17 @@ class _BucketEdges(_EdgeSink):
             yield from edge_blobs(edges, self._limits.join_partitions(nodes), 0, None, self._limits.edge_blob)
 
 
-class _AttachSignature(_EdgeSink):
-    """Join 1 (see attach_signature); with one join group, it verifies (verify_in_group)."""
+class _JoinSink(_EdgeSink):
+    """A verification join's group: signatures of ``num_perm`` values, edges kept at ``threshold``."""
 
     def __init__(self, num_perm: int, threshold: float, limits: Limits):
         self._num_perm = num_perm
         self._threshold = threshold
         self._limits = limits
+
+
+class _AttachSignature(_JoinSink):
+    """Join 1 (see attach_signature); with one join group, it verifies (verify_in_group)."""
 
     def process(self, kv, nodes):
         partitions = self._limits.join_partitions(nodes)
@@ -164,13 +168,8 @@ class _AttachSignature(_EdgeSink):
             yield from attach_signature(kv[1], self._num_perm, partitions, self._limits.edge_blob)
 
 
-class _VerifyEdges(_EdgeSink):
+class _VerifyEdges(_JoinSink):
     """Join 2 (see verify_edges)."""
-
-    def __init__(self, num_perm: int, threshold: float, limits: Limits):
-        self._num_perm = num_perm
-        self._threshold = threshold
-        self._limits = limits
 
     def process(self, kv, nodes):
         kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
