@@ -202,7 +202,8 @@ def test_fp16_run_resumes_with_its_grad_scaler(prepared, tmp_path):
     """fp16 keeps a GradScaler: its state (scale, growth tracker) is in the checkpoint, and a
     longer rerun of the same command goes on from it (a fresh scaler used to crash on update)."""
     run = tmp_path / "fp16"
-    short = ("--set", "train.steps=3", "--set", "precision=fp16", "--set", "checkpoint.every=0")
+    short = ("--set", "train.steps=3", "--set", "precision=fp16", "--set", "checkpoint.final=full",
+             "--set", "checkpoint.every=0")
     run_ok(train_cmd(prepared, run, accum=1, extra=short))
     saved = json.loads((run / "checkpoints" / "step-00000003" / "trainer.json").read_text())["scaler"]
     assert saved["scale"] > 0 and "_growth_tracker" in saved

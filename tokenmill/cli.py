@@ -112,14 +112,22 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         from tokenmill.trainer.train import run
     except ImportError as e:
         raise UserError(f"the trainer needs torch: pip install 'tokenmill[train]' ({e})") from None
+    from tokenmill.trainer.parallel import SharedError
+
     try:
         return run(cfg, args.run)
-    except UserError:
-        # Under torchrun every rank hits the same error: one line from rank 0 is enough.
+    except SharedError:
+        # Every rank raised it together: one line from rank 0 says it for all.
         if int(os.environ.get("RANK", "0")) != 0:
             time.sleep(2)  # torchrun kills the other ranks when one exits: let rank 0 print first
             return 2
         raise
+    except UserError as e:
+        # This rank's own error (an OOM, a failed write, a lost peer): every rank prints its
+        # own line, saying whose it is.
+        from tokenmill.trainer.train import rank_prefix
+
+        raise UserError(f"{rank_prefix()}{e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,13 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a Llama-style model on prepared shards (FSDP2; also under torchrun)",
         description="Train on what `tokenmill prepare` wrote. Rerunning the same command resumes from the "
-        "newest complete checkpoint in RUN. Multi-GPU/-node: torchrun --nproc_per_node N --no-python -- tokenmill train ... "
-        "(the -- stops torchrun from reading --run as its own --run-path).",
+        "newest complete checkpoint in RUN. Multi-GPU/-node: torchrun --nproc_per_node N --no-python tokenmill train "
+        "--data OUT --run-dir RUN ...",
         allow_abbrev=False,
     )
     p.add_argument("--data", action="append", metavar="OUT",
                    help="a prepared output folder; repeatable for a mixture (weights: --set data.weights=[0.7,0.3])")
-    p.add_argument("--run", required=True, metavar="RUN", help="run folder: metrics, checkpoints, hf export")
+    # --run-dir, not --run: torchrun's parser takes --run for an abbreviation of its --run-path.
+    p.add_argument("--run-dir", "--run", dest="run", required=True, metavar="RUN",
+                   help="run folder: metrics, checkpoints, hf export (--run is kept as an alias outside torchrun)")
     p.add_argument("--config", metavar="train.yaml", help="trainer config file")
     p.add_argument("--set", action="append", default=[], metavar="key=value",
                    help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")

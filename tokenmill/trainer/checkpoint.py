@@ -83,32 +83,113 @@ def sweep(root: str) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def save(path: str, model, optim, state: dict, is_main: bool) -> None:
-    """Collective: every rank calls it. ``optim=None`` saves the model only (best/)."""
-    import torch.distributed.checkpoint as dcp
+def _state_dict(model, optim) -> dict:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
+    sd = {"model": get_model_state_dict(model)}
+    if optim is not None:
+        sd["optim"] = get_optimizer_state_dict(model, optim)
+    return sd
+
+
+def _begin(path: str, is_main: bool) -> str:
+    """Collective: a fresh .tmp-<name>/ that every rank then writes into."""
     root, name = os.path.split(path)
     tmp = os.path.join(root, f".tmp-{name}")
     if is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     dist.barrier()
-    sd = {"model": get_model_state_dict(model)}
-    if optim is not None:
-        sd["optim"] = get_optimizer_state_dict(model, optim)
-    dcp.save(sd, storage_writer=dcp.FileSystemWriter(tmp, sync_files=True))
+    return tmp
+
+
+def _commit(path: str, state: dict) -> None:
+    """Rank 0, once every rank's files are written: trainer.json, COMPLETE, rename into place."""
+    root, name = os.path.split(path)
+    tmp = os.path.join(root, f".tmp-{name}")
+    _write_synced(os.path.join(tmp, STATE), json.dumps(state, indent=2))
+    _write_synced(os.path.join(tmp, MARKER), f"{state.get('step')}\n")
+    _fsync_dir(tmp)
+    old = f"{path}.old"
+    if os.path.exists(path):  # a re-save under the same name (best/, or the same step again)
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync_dir(root)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save(path: str, model, optim, state: dict, is_main: bool) -> None:
+    """Collective: every rank calls it. ``optim=None`` saves the model only (best/, final/)."""
+    import torch.distributed.checkpoint as dcp
+
+    tmp = _begin(path, is_main)
+    dcp.save(_state_dict(model, optim), storage_writer=dcp.FileSystemWriter(tmp, sync_files=True))
     if is_main:
-        _write_synced(os.path.join(tmp, STATE), json.dumps(state, indent=2))
-        _write_synced(os.path.join(tmp, MARKER), f"{state.get('step')}\n")
-        _fsync_dir(tmp)
-        old = f"{path}.old"
-        if os.path.exists(path):  # a re-save under the same name (best/, or the same step again)
-            os.rename(path, old)
-        os.rename(tmp, path)
-        _fsync_dir(root)
-        shutil.rmtree(old, ignore_errors=True)
+        _commit(path, state)
     dist.barrier()
+
+
+class Saver:
+    """Saves one checkpoint at a time, synchronously or with dcp.async_save.
+
+    Async: the state is staged to host memory (the step waits for that copy only), then a
+    background thread writes it, its collectives on a gloo group of their own so they never
+    interleave with training's. The checkpoint counts (COMPLETE, renamed into place) only
+    once every rank's write has finished: the loop asks ``done_here()`` each step, all-reduces
+    the answers with its other flags, and calls ``commit()`` when all ranks are done, or
+    ``wait()`` before the next save and at the end."""
+
+    def __init__(self, async_save: bool, is_main: bool, keep: int):
+        self.async_save, self.is_main, self.keep = async_save, is_main, keep
+        self._group = dist.new_group(backend="gloo") if async_save else None
+        self._pending = None  # (future, path, state, prune_old)
+
+    def save(self, path: str, model, optim, state: dict, prune_old: bool = False) -> None:
+        """Collective. ``prune_old``: after this one counts, keep only the newest ``keep`` step-N."""
+        import torch.distributed.checkpoint as dcp
+
+        self.wait()
+        if not self.async_save:
+            save(path, model, optim, state, self.is_main)
+            self._prune(path, prune_old)
+            return
+        tmp = _begin(path, self.is_main)
+        future = dcp.async_save(_state_dict(model, optim), storage_writer=dcp.FileSystemWriter(tmp, sync_files=True),
+                                process_group=self._group)
+        self._pending = (future, path, dict(state), prune_old)
+
+    def done_here(self) -> bool:
+        """Whether this rank has nothing left to write (no device sync, no collective)."""
+        return self._pending is None or self._pending[0].done()
+
+    def pending(self) -> bool:
+        return self._pending is not None
+
+    def commit(self) -> None:
+        """Every rank's write has finished (the caller agreed on it): make the checkpoint count."""
+        future, path, state, prune_old = self._pending
+        self._pending = None
+        try:
+            future.result()
+        except Exception as e:  # the disk filled up, the folder went away: one line, from this rank
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise UserError(f"checkpoint {path}: the background save failed: {first}") from None
+        if self.is_main:
+            _commit(path, state)
+        self._prune(path, prune_old)
+
+    def wait(self) -> None:
+        """Collective: block until the pending save, if any, is written everywhere, and commit it."""
+        if self._pending is None:
+            return
+        self._pending[0].exception()  # blocks; commit() raises it as one line
+        dist.barrier()
+        self.commit()
+        dist.barrier()
+
+    def _prune(self, path: str, prune_old: bool) -> None:
+        if prune_old and self.is_main:
+            prune(os.path.dirname(path), self.keep)
 
 
 def load(path: str, model, optim) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from tokenmill.config import load_validated
 from tokenmill.errors import UserError
@@ -30,6 +30,12 @@ PRESETS: dict[str, dict[str, int]] = {
     "350m": {"n_layers": 24, "d_model": 1024, "n_heads": 16, "n_kv_heads": 16, "ffn_hidden": 2816},
     "1b": {"n_layers": 16, "d_model": 2048, "n_heads": 32, "n_kv_heads": 8, "ffn_hidden": 8192},
 }
+
+# Peak learning rate per preset when optim.lr is not set: GPT-3's table (Brown et al. 2020,
+# table 2.1: 125M 6e-4, 350M 3e-4, 1.3B 2e-4). tiny (~4M with a 32k vocab) is below the table;
+# 3e-3 was measured on the bundled sample (bench/train_cpu.py): loss 8.4 -> see the README.
+PRESET_LR: dict[str, float] = {"tiny": 3e-3, "125m": 6e-4, "350m": 3e-4, "1b": 2e-4}
+DEFAULT_LR = 3e-4  # a shape given dimension by dimension
 
 
 class ModelConfig(_Section):
@@ -101,7 +107,7 @@ class TrainConfig(_Section):
 
 
 class OptimConfig(_Section):
-    lr: float = Field(default=3e-4, gt=0)
+    lr: float | None = Field(default=None, gt=0)  # None: the preset's (PRESET_LR)
     # None: warmup_frac of train.steps.
     warmup_steps: int | None = Field(default=None, ge=0)
     warmup_frac: float = Field(default=0.05, ge=0, le=1)
@@ -122,13 +128,33 @@ class ParallelConfig(_Section):
     reshard_after_forward: bool = True  # False: more memory, no all-gather in backward
     # A single CPU process runs unsharded (nothing to shard over); true: through FSDP anyway.
     shard_single_rank: bool = False
+    # Process-group timeouts. Start-up covers each rank's share of the shard checksums; a
+    # training collective that waits longer than train_timeout_s (a rank died or hangs) ends
+    # the run with one line instead of hanging.
+    init_timeout_s: float = Field(default=1800.0, gt=0)
+    train_timeout_s: float = Field(default=600.0, gt=0)
+    # Python's garbage collector runs every N steps on every rank at once (0: Python decides):
+    # a collection at a random moment on one rank stalls all the others at the next collective.
+    gc_every: int = Field(default=50, ge=0)
 
 
 class CheckpointConfig(_Section):
+    model_config = ConfigDict(**_STRICT, populate_by_name=True)
+
     every: int = Field(default=1000, ge=0)  # steps; 0: off
     every_minutes: float = Field(default=60.0, ge=0)  # wall clock; 0: off
     keep: int = Field(default=3, ge=1)  # newest step-N checkpoints kept (best/ is extra)
     best: bool = True  # keep best/ on validation loss
+    # dcp.async_save: the state is staged to host memory (the step waits for that copy only)
+    # and written in a background thread while training goes on. Costs one host copy of the
+    # rank's shard of the weights and optimizer state.
+    async_save: bool = Field(default=False, validation_alias=AliasChoices("async", "async_save"))
+    # The save at the last step: full (weights + optimizer: the run can be extended), model
+    # (weights only, in final/), none. Unset: full, or none when checkpoint.every is 0.
+    final: Literal["full", "model", "none"] | None = None
+
+    def final_save(self) -> str:
+        return self.final or ("full" if self.every else "none")
 
 
 class EvalConfig(_Section):
@@ -162,6 +188,11 @@ class TrainJobConfig(BaseModel):
     eval: EvalConfig = EvalConfig()
     metrics: MetricsConfig = MetricsConfig()
     export: ExportConfig = ExportConfig()
+
+    def lr(self) -> float:
+        if self.optim.lr is not None:
+            return self.optim.lr
+        return PRESET_LR[self.model.preset] if self.model.preset else DEFAULT_LR
 
     def warmup(self) -> int:
         w = self.optim.warmup_steps if self.optim.warmup_steps is not None else round(self.optim.warmup_frac * self.train.steps)

@@ -37,15 +37,16 @@ MIX_BLOCK = 10_000  # mixture weights are honoured to 1/MIX_BLOCK within every b
 # ---------------------------------------------------------------- manifests and verification
 
 
-def open_output(out: str, verify_checksums: bool = True) -> dict:
-    """The manifest of a prepared output, after checking its shards; one clear line otherwise."""
+def open_output(out: str, verify_checksums: bool = True, part: tuple[int, int] = (0, 1)) -> dict:
+    """The manifest of a prepared output, after checking its shards; one clear line otherwise.
+    ``part`` (i, n): hash only the i-th of every n shards (each rank its own slice)."""
     from tokenmill.transforms.shards import check_vocab, load_manifest, verify_output
 
     manifest = load_manifest(out)
     check_vocab(out, manifest)
     if verify_checksums:
-        problems = verify_output(out, manifest)
-    else:  # sizes only: for outputs too big to hash at every start
+        problems = verify_output(out, manifest, part)
+    else:  # sizes only, every shard: for outputs too big to hash at every start
         problems = []
         for info in manifest.get("splits", {}).values():
             for s in info.get("shards", []):

@@ -9,6 +9,7 @@ import math
 import os
 import resource
 import sys
+import time
 
 import torch
 
@@ -64,6 +65,80 @@ def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def memory_row(device: torch.device) -> dict:
+    """The caching allocator's figures (no device sync): peak active and reserved memory, in
+    GiB and % of the device, cudaMalloc retries (the allocator freed its cache to satisfy a
+    request: a sign of fragmentation, slow) and OOMs. Only peak_mem_mb on CPU."""
+    row = {"peak_mem_mb": peak_memory_mb(device)}
+    if device.type == "cuda":
+        stats = torch.cuda.memory_stats(device)
+        total = torch.cuda.get_device_properties(device).total_memory
+        for key, name in (("active_bytes.all.peak", "max_active"), ("reserved_bytes.all.peak", "max_reserved")):
+            row[f"{name}_gib"] = stats.get(key, 0) / 2**30
+            row[f"{name}_pct"] = 100 * stats.get(key, 0) / total
+        row["alloc_retries"] = stats.get("num_alloc_retries", 0)
+        row["ooms"] = stats.get("num_ooms", 0)
+    return row
+
+
+class PendingSteps:
+    """Per-step values that live on the device (summed loss, grad norm) wait here until a log
+    step reads them all in one transfer: reading them every step would make the host wait for
+    the device each step, and the GPU would idle while the host queues the next one."""
+
+    def __init__(self, global_tokens: int):
+        self.global_tokens = global_tokens
+        self.rows: list[dict] = []
+        self.values: list[torch.Tensor] = []
+        self.since = time.perf_counter()
+
+    def add(self, row: dict, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        self.rows.append(row)
+        self.values.append(torch.stack([loss_sum.double(), grad_norm.double()]))
+
+    def flush(self) -> list[dict]:
+        """The pending rows, completed: loss, grad_norm, skipped, and throughput averaged over
+        the steps since the last flush (the host runs ahead of the device in between)."""
+        if not self.rows:
+            return []
+        values = torch.stack(self.values).tolist()  # the one host-device sync of the interval
+        now = time.perf_counter()
+        dt = (now - self.since) / len(self.rows)
+        rows, self.rows, self.values, self.since = self.rows, [], [], now
+        for row, (loss_sum, grad_norm) in zip(rows, values):
+            loss = loss_sum / self.global_tokens
+            row.update(loss=loss, grad_norm=grad_norm, skipped=not (math.isfinite(loss) and math.isfinite(grad_norm)),
+                       tokens_per_s=self.global_tokens / dt, data_wait_pct=min(100.0, 100 * row.pop("wait") / dt))
+        return rows
+
+
+def run_summary(rows: list[dict], device: torch.device, world: int) -> list[str]:
+    """The end-of-run check against the usual targets (GPU busy > 85%, communication < 12%,
+    memory used > 90%), from what one rank can measure; what it cannot is said so."""
+    timed = [r for r in rows[len(rows) // 10:] if r.get("tokens_per_s")]  # past the first tenth: warm-up, compile
+    if not timed:
+        return []
+    mean = lambda key: sum(r[key] for r in timed) / len(timed)  # noqa: E731
+    lines = [f"throughput {_si(mean('tokens_per_s'))} tokens/s over steps {timed[0]['step']}-{timed[-1]['step']}"]
+    if timed[-1].get("mfu") is not None:
+        lines.append(f"MFU {100 * mean('mfu'):.1f}% (model FLOPs / peak of {world} device(s))")
+    else:
+        lines.append("MFU: no peak FLOP/s known for this device (set metrics.peak_flops)")
+    wait = mean("data_wait_pct")
+    lines.append(f"data wait {wait:.1f}% of step time" + (" (> 5%: raise data.num_workers)" if wait > 5 else ""))
+    last = rows[-1]
+    if "max_reserved_pct" in last:
+        pct = last["max_reserved_pct"]
+        hint = " (< 90%: room for a larger train.micro_batch)" if pct < 90 else ""
+        lines.append(f"memory: peak reserved {last['max_reserved_gib']:.1f} GiB = {pct:.0f}% of the device{hint}; "
+                     f"{last['alloc_retries']} allocator retries, {last['ooms']} OOMs")
+    else:
+        lines.append(f"memory: peak RSS {last['peak_mem_mb'] / 1024:.2f} GiB (no device memory on {device.type})")
+    lines.append("not measured from one rank: GPU busy % and the communication share of a step "
+                 "(profile a few steps with torch.profiler to see them)")
+    return lines
 
 
 def available_memory() -> int | None:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from tokenmill.errors import UserError
+
+
+class SharedError(UserError):
+    """An error every rank raised together (raise_if_any): rank 0's line says it for all."""
 
 
 @dataclass
@@ -45,11 +50,12 @@ def _env_ranks() -> tuple[int, int, int] | None:
     return None
 
 
-def init_distributed() -> Dist:
+def init_distributed(timeout_s: float = 1800.0) -> Dist:
     """One process group for every launch: torchrun/SLURM env, or a single process of its own.
 
     A lone process still gets a (world-size 1) group, so there is one code path: FSDP,
-    checkpoints and collectives behave the same on a laptop and on 64 GPUs."""
+    checkpoints and collectives behave the same on a laptop and on 64 GPUs. ``timeout_s``
+    bounds every collective until set_train_timeout() lowers it after start-up."""
     from torch.distributed.device_mesh import init_device_mesh
 
     ranks = _env_ranks()
@@ -62,13 +68,24 @@ def init_distributed() -> Dist:
         device = torch.device("cpu")
         backend = "gloo"
     if not dist.is_initialized():
-        bind = {"device_id": device} if device.type == "cuda" else {}  # NCCL: the rank's GPU up front
+        kw = {"timeout": timedelta(seconds=timeout_s)}
+        if device.type == "cuda":
+            kw["device_id"] = device  # NCCL: the rank's GPU up front
         if ranks:
-            dist.init_process_group(backend, **bind)
+            dist.init_process_group(backend, **kw)
         else:  # an in-process store: no port to pick, nothing to collide with other jobs
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **bind)
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **kw)
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
     return Dist(rank=rank, world=world, local_rank=local_rank, device=device, mesh=mesh)
+
+
+def set_train_timeout(timeout_s: float) -> None:
+    """After start-up (checksums, resume) the collectives of a step take seconds: a shorter
+    timeout turns a dead or hung rank into an error instead of a silent hang. torchtitan
+    does the same through this (private, stable since 2.2) call."""
+    from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
+
+    _set_pg_timeout(timedelta(seconds=timeout_s), _get_default_group())
 
 
 def close_distributed() -> None:
@@ -103,26 +120,42 @@ def apply_compile(model: nn.Module) -> None:
         model.layers[i] = torch.compile(block, fullgraph=True)
 
 
+LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def fsdp_casts(precision: str, device: torch.device) -> bool:
+    """On GPU, FSDP's policy is the mixed precision (no autocast): params are all-gathered in
+    bf16/fp16, grads reduced and kept in fp32. On CPU the loop uses autocast (gloo's support
+    for low-precision collectives varies, and a lone CPU rank has no FSDP at all)."""
+    return precision in LOW and device.type == "cuda"
+
+
 def mixed_precision(precision: str, device: torch.device):
-    """bf16 on GPU: FSDP casts the all-gathered params to bf16 and reduces grads in fp32.
-    Elsewhere FSDP keeps fp32 and the loop uses autocast (CPU bf16, fp16 + GradScaler)."""
+    """cast_forward_inputs=False: the block inputs are already in the low dtype (the embedding
+    is), and the RoPE tables stay fp32 instead of being cast at every block."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    if precision == "bf16" and device.type == "cuda":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if fsdp_casts(precision, device):
+        return MixedPrecisionPolicy(param_dtype=LOW[precision], reduce_dtype=torch.float32,
+                                    cast_forward_inputs=False)
     return MixedPrecisionPolicy()
 
 
 def apply_fsdp(model: nn.Module, mesh, mp_policy, cpu_offload: bool, reshard_after_forward: bool) -> None:
-    """FSDP2 on each block (one all-gather / reduce-scatter group per block, overlapped with
-    compute) and on the root for the embedding, final norm and head."""
+    """FSDP2 groups, as torchtitan: the embedding alone, each block (one all-gather /
+    reduce-scatter per block, overlapped with compute), and [norm, lm_head] together. The root
+    then holds no weights: with a 32k vocab the embedding and head are ~40% of 125m, and in
+    the root group they would be gathered at the start, held all step and reduced last with
+    nothing left to overlap. [norm, lm_head] is not resharded after forward: backward needs
+    it first, straight away."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-    offload = CPUOffloadPolicy() if cpu_offload else OffloadPolicy()
+    kw = {"mesh": mesh, "mp_policy": mp_policy, "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy()}
+    fully_shard(model.embed_tokens, reshard_after_forward=reshard_after_forward, **kw)
     for block in model.layers:
-        fully_shard(block, mesh=mesh, mp_policy=mp_policy, offload_policy=offload,
-                    reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, mp_policy=mp_policy, offload_policy=offload)
+        fully_shard(block, reshard_after_forward=reshard_after_forward, **kw)
+    fully_shard([model.norm, model.lm_head], reshard_after_forward=False, **kw)
+    fully_shard(model, **kw)
 
 
 def canonical_name(name: str) -> str:
@@ -135,20 +168,22 @@ def materialise(model: nn.Module, device: torch.device, seed: int, cpu_offload: 
     """Allocate the (sharded) parameters for real and fill them deterministically.
 
     Each parameter's full value comes from model.init_tensor (seeded by its name), and each
-    rank keeps only its shard of it, so the weights do not depend on the world size."""
+    rank keeps only its shard of it, so the weights do not depend on the world size. Values
+    are drawn on the compute device even when the shards live on the CPU (offload): the CPU
+    generator gives other numbers for the same seed."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     from tokenmill.trainer.model import init_tensor
 
-    param_device = torch.device("cpu") if cpu_offload else device
-    model.to_empty(device=param_device)
+    model.to_empty(device=torch.device("cpu") if cpu_offload else device)
     for name, p in model.named_parameters():
-        name = canonical_name(name)
-        full = init_tensor(name, p.shape, model.args, seed, param_device)
+        full = init_tensor(canonical_name(name), p.shape, model.args, seed, device)
         if isinstance(p, DTensor):
             # src_data_rank=None: every rank computed the same full tensor; just keep the local shard.
-            full = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
-        p.copy_(full)
+            local = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None).to_local()
+            p.to_local().copy_(local)  # to the shard's own device (the CPU under offload)
+        else:
+            p.copy_(full)
     model.init_buffers(device)
 
 
@@ -183,10 +218,13 @@ def raise_if_any(error: str | None, d: Dist) -> None:
         dist.all_gather_object(errors, error)
     first = next((e for e in errors if e), None)
     if first:
-        raise UserError(first)
+        raise SharedError(first)
 
 
-def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return t.tolist()
+def agree_on_host(flags: list[bool], world: int) -> list[int]:
+    """Per flag, how many ranks raised it: summed on the CPU (gloo), so the device queue is
+    never waited for (``.numpy()`` exists for CPU tensors only: no device sync can hide here)."""
+    t = torch.tensor([float(f) for f in flags], dtype=torch.float64)
+    if world > 1:
+        dist.all_reduce(t)
+    return [int(v) for v in t.numpy()]

@@ -9,9 +9,11 @@ take it together.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import asdict
 
@@ -23,15 +25,27 @@ from tokenmill.errors import UserError
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
 from tokenmill.trainer.config import OptimConfig, TrainJobConfig
-from tokenmill.trainer.metrics import Metrics, available_memory, peak_flops, peak_memory_mb, truncate_after
+from tokenmill.trainer.metrics import (
+    Metrics,
+    PendingSteps,
+    available_memory,
+    memory_row,
+    peak_flops,
+    run_summary,
+    truncate_after,
+)
 from tokenmill.trainer.model import ModelArgs, Transformer, count_params, flops_per_token
 from tokenmill.trainer.parallel import (
+    LOW,
     Dist,
-    all_reduce_sum,
+    SharedError,
+    agree_on_host,
     close_distributed,
+    fsdp_casts,
     init_distributed,
     parallelize,
     raise_if_any,
+    set_train_timeout,
     wants_fsdp,
 )
 
@@ -56,25 +70,37 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: torch.nn.Module, o: OptimConfig) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, o: OptimConfig, lr: float) -> torch.optim.Optimizer:
     # Fused (one kernel over all params, CPU and GPU): with DTensor params torch would
-    # otherwise fall back to its per-tensor loop.
-    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+    # otherwise fall back to its per-tensor loop. It also skips a step on the device (step_unless).
+    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=lr, betas=(o.beta1, o.beta2), eps=o.eps,
                              fused=True)
 
 
+def step_unless(optim: torch.optim.Optimizer, skip: torch.Tensor) -> None:
+    """optimizer.step(), skipped inside the fused kernel when ``skip`` (a device bool) is true:
+    no host round trip to decide. The same contract GradScaler uses (``found_inf``); the
+    kernel also takes back its step count."""
+    optim.found_inf = skip.float()
+    try:
+        optim.step()
+    finally:
+        del optim.found_inf
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
+    """auto: bf16 on a GPU whose tensor cores have it (Ampere and newer); not on one that only
+    emulates it (V100, T4: slower than fp32 there), else fp32."""
     if precision == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        native = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+        return "bf16" if native else "fp32"
     return precision
 
 
 def autocast(precision: str, device: torch.device):
-    """fp16 anywhere and bf16 on CPU run under autocast; bf16 on GPU is FSDP's param dtype."""
-    if precision == "fp16":
-        return torch.autocast(device.type, dtype=torch.float16)
-    if precision == "bf16" and device.type != "cuda":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+    """Where FSDP's policy does not cast (CPU), bf16 and fp16 run under autocast."""
+    if precision in LOW and not fsdp_casts(precision, device):
+        return torch.autocast(device.type, dtype=LOW[precision])
     return contextlib.nullcontext()
 
 
@@ -103,12 +129,18 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def loss_sum(model, batch: dict, precision: str, device: torch.device) -> torch.Tensor:
+def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy in fp32. Compiled with the blocks (parallel.compile), the fp32 copy
+    of the B x T x V logits is fused away."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
+
+
+def loss_sum(model, batch: dict, precision: str, device: torch.device, loss_fn=token_loss_sum) -> torch.Tensor:
     """Sum (not mean) of the token losses of one micro-batch, in fp32."""
     tokens = batch["tokens"]
     with autocast(precision, device):
         logits = model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
-    return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
+    return loss_fn(logits, tokens[:, 1:])
 
 
 def row_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -145,18 +177,16 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 
 def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
-    """Manifests of every --data output; rank 0 verifies the checksums and tells the others."""
+    """Manifests of every --data output. Each rank hashes its own slice of the shards (rank r
+    the r-th of every world), then the ranks agree: at TB scale one rank hashing everything
+    while the others wait would take the start-up past any timeout."""
     manifests, error = None, None
-    if d.main:
-        try:
-            manifests = [D.open_output(p, cfg.data.verify_checksums) for p in cfg.data.paths]
-        except UserError as e:
-            error = str(e)
-    box = [manifests, error]
-    dist.broadcast_object_list(box, src=0)
-    if box[1]:
-        raise UserError(box[1])
-    return box[0]
+    try:
+        manifests = [D.open_output(p, cfg.data.verify_checksums, part=(d.rank, d.world)) for p in cfg.data.paths]
+    except UserError as e:
+        error = str(e)
+    raise_if_any(error, d)
+    return manifests
 
 
 def prepare_run_dir(run: str, d: Dist) -> None:
@@ -209,7 +239,7 @@ def check_same_tokenizer(found: tuple[int, str] | None, tok: dict, cfg: TrainJob
     if before is None:
         return f"{found[1]} does not record its tokenizer (an older tokenmill): cannot check it is the data's"
     if before != tok["sha256"]:
-        raise UserError(f"{run} was trained with tokenizer {before[:12]} and --data {' '.join(cfg.data.paths)} has "
+        raise SharedError(f"{run} was trained with tokenizer {before[:12]} and --data {' '.join(cfg.data.paths)} has "
                         f"tokenizer {tok['sha256'][:12]}: use a new --run, or data prepared with the run's tokenizer")
     return None
 
@@ -225,7 +255,7 @@ def check_same_model(run: str, args: ModelArgs, d: Dist) -> None:
             before = json.load(fh)
         if before != asdict(args):
             diff = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in asdict(args).items() if before.get(k) != v)
-            raise UserError(f"{run} holds a run of another model shape ({diff}): use a new --run or the same settings")
+            raise SharedError(f"{run} holds a run of another model shape ({diff}): use a new --run or the same settings")
     dist.barrier()  # every rank has looked before rank 0 writes
     if d.main and not existed:
         with open(path, "w", encoding="utf-8") as fh:
@@ -233,13 +263,19 @@ def check_same_model(run: str, args: ModelArgs, d: Dist) -> None:
 
 
 class _StopFlag:
-    """SIGTERM (preemption, scancel) asks for a checkpoint at the end of the current step."""
+    """SIGTERM (preemption, scancel) asks for a checkpoint at the end of the current step. A
+    second SIGTERM (torchrun stopping the job because another rank failed, an impatient
+    scheduler) ends the process at once: the checkpoint it would wait for may never come."""
 
     def __init__(self):
         self.set = False
         self._old = signal.signal(signal.SIGTERM, self._handle) if _main_thread() else None
 
     def _handle(self, *_):
+        if self.set:
+            print(f"tokenmill: error: {rank_prefix()}stopped by a second SIGTERM before the checkpoint was saved",
+                  file=sys.stderr, flush=True)
+            os._exit(143)
         self.set = True
 
     def restore(self):
@@ -253,6 +289,11 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def rank_prefix() -> str:
+    """``rank N: `` under a multi-rank launch, so each rank's own error line says whose it is."""
+    return f"rank {os.environ.get('RANK', '0')}: " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+
+
 def oom_message(cfg: TrainJobConfig, step: int) -> str:
     return (f"CUDA out of memory at step {step} (micro batch {cfg.train.micro_batch} x seq_len {cfg.data.seq_len}): "
             f"lower train.micro_batch (raise train.grad_accum to keep the batch) or data.seq_len, or set "
@@ -263,7 +304,11 @@ def oom_message(cfg: TrainJobConfig, step: int) -> str:
 
 
 def run(cfg: TrainJobConfig, run_dir: str) -> int:
-    d = init_distributed()
+    if "PYTORCH_CUDA_ALLOC_CONF" not in os.environ and "PYTORCH_ALLOC_CONF" not in os.environ:
+        # Before the allocator starts: segments that grow instead of new blocks of every size
+        # keep fragmentation (and allocator retries) down when batch shapes or compile vary.
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    d = init_distributed(cfg.parallel.init_timeout_s)
     try:
         rc = train(cfg, run_dir, d)
         # Ranks leave together. A rank that tore its gloo group down straight after the export's
@@ -271,6 +316,11 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
         # called without an active exception"): 2 of ~8 suite runs on this machine.
         dist.barrier()
         return rc
+    except dist.DistError as e:
+        # A collective failed: a peer died (its own error line says why) or timed out.
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise UserError(f"lost contact with the other ranks ({first}): another rank failed "
+                        f"(see its error) or hung past parallel.train_timeout_s") from None
     finally:
         close_distributed()
 
@@ -308,8 +358,9 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     # -- model, optimizer, precision
     torch.manual_seed(cfg.seed)
     model = parallelize(lambda: Transformer(args), cfg, d, precision)
-    optim = build_optimizer(model, cfg.optim)
+    optim = build_optimizer(model, cfg.optim, cfg.lr())
     scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
+    loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
 
     # -- resume from the newest complete checkpoint (its integers say where the data stands)
     state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None,
@@ -338,19 +389,25 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     if state["step"] < cfg.train.steps:
         metrics.note(f"{n_all / 1e6:.1f}M parameters ({n_body / 1e6:.1f}M without embeddings), {d.world} rank(s) on "
                      f"{d.device.type} ({'FSDP2' if wants_fsdp(d, cfg.parallel.shard_single_rank) else 'unsharded'}), "
-                     f"{precision}, global batch {G} x {cfg.data.seq_len} tokens, "
+                     f"{precision}, global batch {G} x {cfg.data.seq_len} tokens, peak lr {cfg.lr():g}, "
                      f"steps {state['step']} -> {cfg.train.steps}")
     loader = D.train_loader(dataset, D.RankBatches(state["samples"], cfg.train.micro_batch, cfg.train.grad_accum,
                                                    d.rank, d.world),
                             cfg.data.num_workers, cfg.data.prefetch_factor, pin_memory=d.device.type == "cuda")
     batches = iter(loader)
+    saver = ckpt.Saver(cfg.checkpoint.async_save, d.main, cfg.checkpoint.keep)
+    pending = PendingSteps(global_tokens)
+    logged: list[dict] = []
     stop = _StopFlag()
     last_save = time.monotonic()
     step = start_step = state["step"]
+    set_train_timeout(cfg.parallel.train_timeout_s)
+    if cfg.parallel.gc_every:  # collections at the same steps on every rank, not whenever one rank's heap says so
+        gc.collect()
+        gc.disable()
     try:
         while step < cfg.train.steps:
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg.optim.lr, cfg.train.steps, warmup, cfg.optim.warmup_start_frac, cfg.optim.final_frac)
+            lr = lr_at(step, cfg.lr(), cfg.train.steps, warmup, cfg.optim.warmup_start_frac, cfg.optim.final_frac)
             for group in optim.param_groups:
                 group["lr"] = lr
 
@@ -363,80 +420,103 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 tw = time.perf_counter()
                 batch = next(batches)
                 wait += time.perf_counter() - tw
-                if "error" in batch:  # a filler keeps this rank in the others' collectives until the all-reduce
+                if "error" in batch:  # a filler keeps this rank in the others' collectives until the flags agree
                     data_error = data_error or batch["error"]
                     batch = dataset.filler(cfg.train.micro_batch)
                 batch = to_device(batch, d.device)
                 if cfg.train.skip_sync and cfg.train.grad_accum > 1 and hasattr(model, "set_requires_gradient_sync"):
                     model.set_requires_gradient_sync(micro == cfg.train.grad_accum - 1)
-                ls = loss_sum(model, batch, precision, d.device)
+                ls = loss_sum(model, batch, precision, d.device, loss_fn)
                 scaled = ls * (d.world / global_tokens)
                 (scaler.scale(scaled) if scaler else scaled).backward()
                 total += ls.detach()
 
+            # Nothing below waits for the device: the loss and the grad norm stay tensors, a
+            # non-finite step is skipped inside the fused optimizer, and the host reads the
+            # values at log steps only (PendingSteps).
             if scaler is not None:
                 scaler.unscale_(optim)
-            grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)).item()
-            # One all-reduce for everything the ranks must agree on: the loss, rank 0's clock,
-            # whether any rank was asked to stop, and whether any rank's data failed.
+            grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip))
+            if d.world > 1:
+                dist.all_reduce(total)
+            finite = torch.isfinite(total) & torch.isfinite(grad_norm)
+            # What the ranks must agree on, from the host alone: rank 0's clock, whether any rank
+            # was asked to stop, whether any rank's data failed, and whether every rank has
+            # finished writing a background checkpoint.
             want_time_save = d.main and cfg.checkpoint.every_minutes > 0 and \
                 time.monotonic() - last_save >= 60 * cfg.checkpoint.every_minutes
-            loss_total, time_flag, stop_flag, data_flag = all_reduce_sum(
-                [total.item(), float(want_time_save), float(stop.set), float(data_error is not None)], d.device)
+            time_flag, stop_flag, data_flag, written = agree_on_host(
+                [want_time_save, stop.set, data_error is not None, saver.done_here()], d.world)
             if data_flag:
                 raise_if_any(data_error, d)
-            loss = loss_total / global_tokens
-            finite = math.isfinite(loss) and math.isfinite(grad_norm)
+            if saver.pending() and written == d.world:
+                saver.commit()
             if scaler is not None:
                 scaler.step(optim)  # skips the update itself when the grads overflowed
                 scaler.update()
-            elif finite:
-                optim.step()
+            else:
+                step_unless(optim, ~finite)
             optim.zero_grad(set_to_none=True)
             step += 1
             state["step"], state["samples"] = step, state["samples"] + G
-            state["bad_in_row"] = 0 if finite else state["bad_in_row"] + 1
-            state["skipped_steps"] += 0 if finite else 1
+            pending.add({"step": step, "lr": lr, "wait": wait, "tokens": state["samples"] * cfg.data.seq_len},
+                        total, grad_norm)
+            if cfg.parallel.gc_every and step % cfg.parallel.gc_every == 0:
+                gc.collect(1)
 
-            dt = time.perf_counter() - t0
-            row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": global_tokens / dt,
-                   "mfu": (global_tokens / dt) * fpt / (peak * d.world) if peak else None,
-                   "data_wait_pct": 100 * wait / dt, "peak_mem_mb": peak_memory_mb(d.device),
-                   "skipped": not finite, "tokens": state["samples"] * cfg.data.seq_len}
-            if val and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.train.steps):
-                row["val_loss"] = evaluate(model, val, precision, d.device)
-                if cfg.checkpoint.best and (state["best_val"] is None or row["val_loss"] < state["best_val"]):
-                    state["best_val"] = row["val_loss"]
-                    ckpt.save(os.path.join(ckpt_root, "best"), model, None, dict(state), d.main)
-            metrics.log(row)
-            if state["bad_in_row"] >= cfg.train.max_bad_steps:
-                hint = ", or use precision=bf16" if precision == "fp16" else ""
-                raise UserError(f"{state['bad_in_row']} steps in a row had a non-finite loss or gradient norm "
-                                f"(last at step {step}): lower optim.lr or raise optim.warmup_steps{hint}")
+            do_eval = bool(val) and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.train.steps)
+            do_save = (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or time_flag or stop_flag
+            if step % cfg.train.log_every and step != cfg.train.steps and not (do_eval or do_save):
+                continue
+            rows = pending.flush()
+            memory = memory_row(d.device)
+            if do_eval:
+                rows[-1]["val_loss"] = evaluate(model, val, precision, d.device)
+            for row in rows:
+                row.update(memory, mfu=row["tokens_per_s"] * fpt / (peak * d.world) if peak else None)
+                state["bad_in_row"] = state["bad_in_row"] + 1 if row["skipped"] else 0
+                state["skipped_steps"] += row["skipped"]
+                metrics.log(row)
+                logged.append(row)
+                if state["bad_in_row"] >= cfg.train.max_bad_steps:
+                    hint = ", or use precision=bf16" if precision == "fp16" else ""
+                    raise SharedError(f"{state['bad_in_row']} steps in a row had a non-finite loss or gradient norm "
+                                      f"(last at step {row['step']}): lower optim.lr or raise optim.warmup_steps{hint}")
+            if do_eval and cfg.checkpoint.best and (state["best_val"] is None or rows[-1]["val_loss"] < state["best_val"]):
+                state["best_val"] = rows[-1]["val_loss"]
+                saver.save(os.path.join(ckpt_root, "best"), model, None, state)
 
-            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or time_flag or stop_flag \
-                    or step == cfg.train.steps:
+            final = step == cfg.train.steps and cfg.checkpoint.final_save()
+            if do_save or final == "full":
                 if scaler is not None:  # read only here: get_scale() waits for the device
                     state["scaler"] = scaler.state_dict()
-                ckpt.save(os.path.join(ckpt_root, ckpt.step_name(step)), model, optim, dict(state), d.main)
-                if d.main:
-                    ckpt.prune(ckpt_root, cfg.checkpoint.keep)
+                saver.save(os.path.join(ckpt_root, ckpt.step_name(step)), model, optim, state, prune_old=True)
                 last_save = time.monotonic()
+            elif final == "model":
+                saver.save(os.path.join(ckpt_root, "final"), model, None, state)
             if stop_flag:
+                saver.wait()
                 metrics.note(f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same command to resume")
                 return 143
+        saver.wait()
     except torch.OutOfMemoryError:
         raise UserError(oom_message(cfg, step + 1)) from None
+    except dist.DistError:
+        raise
     except (RuntimeError, OSError):
         # A shard truncated between a worker's size check and its copy kills the worker (SIGBUS);
         # the loop then sees a broken queue or DataLoader's RuntimeError: name the shard if so.
         dataset.check_files()
         raise
     finally:
+        if cfg.parallel.gc_every:
+            gc.enable()
         stop.restore()
         metrics.close()
         del batches, loader  # stops the DataLoader workers
 
+    for line in run_summary(logged, d.device, d.world) if step > start_step else []:
+        metrics.note(f"summary: {line}")
     hf_dir = os.path.join(run_dir, "hf")
     if step == start_step and os.path.exists(hf_dir):
         metrics.note(f"{run_dir} is already trained to step {step}: raise train.steps to continue")

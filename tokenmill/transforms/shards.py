@@ -304,36 +304,40 @@ def check_vocab(out: str, manifest: dict) -> None:
                         f"re-run `tokenmill prepare`")
 
 
-def verify_output(out: str, manifest: dict) -> list[str]:
-    """Every problem with the shards and tokenizer of ``out`` against its manifest, one line each."""
+def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1)) -> list[str]:
+    """Every problem with the shards and tokenizer of ``out`` against its manifest, one line
+    each. ``part`` (i, n): only the i-th of every n shards, in manifest order (the trainer's
+    ranks share the hashing); the tokenizer with part 0."""
     problems = []
     tok = manifest.get("tokenizer", {})
     tok_path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
-    if not FileSystems.exists(tok_path):
-        problems.append(f"{tok_path}: missing")
-    elif sha256_file(tok_path) != tok.get("sha256"):
-        problems.append(f"{tok_path}: sha256 does not match the manifest")
-    for info in manifest.get("splits", {}).values():
-        for s in info.get("shards", []):
-            path = FileSystems.join(out, s["file"])
-            if not FileSystems.exists(path):
-                problems.append(f"{path}: missing")
-                continue
-            size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-            if size != s["bytes"]:
-                problems.append(f"{path}: {size} bytes, manifest says {s['bytes']}")
-                continue
-            digest = sha256_file(path)
-            if digest != s["sha256"]:
-                problems.append(f"{path}: sha256 {digest[:12]}... does not match the manifest ({s['sha256'][:12]}...)")
-                continue
-            try:
-                docs, tokens = count_shard(path)
-            except Exception as e:  # a file with the right hash cannot be corrupt, but be safe
-                problems.append(f"{path}: not a readable Arrow IPC file ({e})")
-                continue
-            if (docs, tokens) != (s["docs"], s["tokens"]):
-                problems.append(f"{path}: {docs} docs / {tokens} tokens, manifest says {s['docs']} / {s['tokens']}")
+    i, n = part
+    if i == 0:
+        if not FileSystems.exists(tok_path):
+            problems.append(f"{tok_path}: missing")
+        elif sha256_file(tok_path) != tok.get("sha256"):
+            problems.append(f"{tok_path}: sha256 does not match the manifest")
+    shards = [s for info in manifest.get("splits", {}).values() for s in info.get("shards", [])]
+    for s in shards[i::n]:
+        path = FileSystems.join(out, s["file"])
+        if not FileSystems.exists(path):
+            problems.append(f"{path}: missing")
+            continue
+        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        if size != s["bytes"]:
+            problems.append(f"{path}: {size} bytes, manifest says {s['bytes']}")
+            continue
+        digest = sha256_file(path)
+        if digest != s["sha256"]:
+            problems.append(f"{path}: sha256 {digest[:12]}... does not match the manifest ({s['sha256'][:12]}...)")
+            continue
+        try:
+            docs, tokens = count_shard(path)
+        except Exception as e:  # a file with the right hash cannot be corrupt, but be safe
+            problems.append(f"{path}: not a readable Arrow IPC file ({e})")
+            continue
+        if (docs, tokens) != (s["docs"], s["tokens"]):
+            problems.append(f"{path}: {docs} docs / {tokens} tokens, manifest says {s['docs']} / {s['tokens']}")
     return problems
 
 
