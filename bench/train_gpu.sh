@@ -61,10 +61,10 @@ for preset in $PRESETS; do
   rm -rf "$run"
   mb=$(micro_batch "$preset")
   echo "== $preset: $NPROC GPU(s), micro batch $mb x seq $SEQ, bf16, compile=$COMPILE, $STEPS steps"
-  # "--" stops torchrun from reading tokenmill's --run as its own --run-path.
+  # "--" is harmless: tokenmill's --run-dir is not torchrun's (its --run-path took --run).
   status=0
   OMP_NUM_THREADS=4 "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$NPROC" --no-python -- \
-    "$PYTHON" -m tokenmill.cli train --data "$DATA" --run "$run" \
+    "$PYTHON" -m tokenmill.cli train --data "$DATA" --run-dir "$run" \
       --set model.preset="$preset" --set precision=bf16 --set data.seq_len="$SEQ" \
       --set train.micro_batch="$mb" --set train.grad_accum=1 --set train.steps="$STEPS" \
       --set train.log_every=5 --set optim.warmup_steps=5 --set parallel.compile="$COMPILE" \

@@ -9,6 +9,8 @@
   wheels, no constraints), as in the image. Skipped when no package index can be reached.
 - The trainer image installs a CUDA torch >= 2.13, and its entry script hands the right
   command line to torchrun (run here with stand-ins for torchrun and tokenmill).
+- The image that runs the trainer apt-installs a C compiler (torch.compile's Triton builds its
+  launcher with gcc or clang at run time) with the C headers, from fresh apt lists it removes after.
 """
 
 from __future__ import annotations
@@ -90,19 +92,23 @@ class Dockerfile:
     def base_image(self) -> str:
         return self.expand(self.all("FROM")[-1].split()[0])
 
+    def commands(self, run: str) -> list[list[str]]:
+        """A RUN line split into its shell commands (at &&, ;, |, ||, &), each a list of words."""
+        lex = shlex.shlex(self.expand(run), posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        cmds: list[list[str]] = [[]]
+        for tok in lex:
+            if tok in ("&&", ";", "|", "||", "&"):
+                cmds.append([])
+            else:
+                cmds[-1].append(tok)
+        return [c for c in cmds if c]
+
     def pip_requirements(self) -> list[str]:
         """Requirement strings of every `pip install` in a RUN (options and their values left out)."""
         reqs = []
         for run in self.all("RUN"):
-            lex = shlex.shlex(self.expand(run), posix=True, punctuation_chars=True)
-            lex.whitespace_split = True
-            cmds: list[list[str]] = [[]]
-            for tok in lex:  # split the shell line into its commands (&&, ;, |, ||)
-                if tok in ("&&", ";", "|", "||", "&"):
-                    cmds.append([])
-                else:
-                    cmds[-1].append(tok)
-            for words in cmds:
+            for words in self.commands(run):
                 for j in range(len(words) - 1):
                     if words[j] == "pip" and words[j + 1] == "install":
                         k = j + 2
@@ -117,6 +123,27 @@ class Dockerfile:
                             k += 1
         return reqs
 
+    def stages(self) -> list[dict]:
+        """Each FROM: {"base": its image or stage (ARGs expanded), "name": AS name, "instructions"}."""
+        stages: list[dict] = []
+        for op, rest in self.instructions:
+            if op == "FROM":
+                words = [w for w in rest.split() if not w.startswith("--")]  # --platform=...
+                name = words[2].lower() if len(words) > 2 and words[1].lower() == "as" else None
+                stages.append({"base": self.expand(words[0]), "name": name, "instructions": []})
+            elif stages:
+                stages[-1]["instructions"].append((op, rest))
+        return stages
+
+    def final_image(self) -> list[dict]:
+        """The stages the default build target is made of: the last one and, first, the earlier
+        stages it is built FROM (not those it only copies files from)."""
+        stages = self.stages()
+        chain = [len(stages) - 1]
+        while parent := [i for i in range(chain[-1]) if stages[i]["name"] == stages[chain[-1]]["base"].lower()]:
+            chain.append(parent[-1])
+        return [stages[i] for i in reversed(chain)]
+
     def copies(self) -> list[tuple[list[str], str]]:
         out = []
         for rest in self.all("COPY"):
@@ -124,6 +151,95 @@ class Dockerfile:
             if words and not words[0].startswith("<<"):
                 out.append((words[:-1], words[-1]))
         return out
+
+
+_APT_OPTS_WITH_VALUE = {"-o", "--option", "-t", "--target-release", "--default-release", "-c", "--config-file"}
+
+
+def apt_command(words: list[str]) -> tuple[list[str], list[str]] | None:
+    """(options with their values, other words) when the shell command is `[VAR=x ...] apt-get|apt ...`."""
+    while words and re.match(r"\w+=", words[0]):
+        words = words[1:]
+    if not words or words[0].rsplit("/", 1)[-1] not in ("apt-get", "apt"):
+        return None
+    opts, args, k = [], [], 1
+    while k < len(words):
+        w = words[k]
+        if w in _APT_OPTS_WITH_VALUE:
+            opts += words[k:k + 2]
+            k += 2
+            continue
+        (opts if w.startswith("-") else args).append(w)
+        k += 1
+    return opts, args
+
+
+def apt_install(words: list[str]) -> tuple[list[str], list[str]] | None:
+    """(options, package names) when the shell command is an `apt-get install` (or `apt install`)."""
+    cmd = apt_command(words)
+    if cmd is None or cmd[1][:1] != ["install"]:
+        return None
+    return cmd[0], [re.split(r"[=/:]", a)[0] for a in cmd[1][1:]]  # gcc=VERSION, gcc/RELEASE, gcc:ARCH
+
+
+# Triton (torch.compile's GPU code generator) builds its launcher at run time with $CC, else `gcc`,
+# else `clang` from PATH: these packages install one (a versioned gcc-12 or clang-14 installs only
+# gcc-12 / clang-14, which Triton finds only through ENV CC). The C headers and crt files come from
+# libc6-dev, which gcc only Recommends; g++, clang and build-essential Depend on it.
+_CC_PACKAGES = {"gcc", "g++", "clang", "build-essential"}
+_VERSIONED_CC = re.compile(r"(gcc|g\+\+|clang)-\d+")
+_LIBC_DEV = {"libc6-dev", "libc-dev"}
+_DEPEND_ON_LIBC_DEV = re.compile(r"g\+\+(-\d+)?|clang(-\d+)?|build-essential")
+
+
+def c_compiler_problems(d: Dockerfile) -> list[str]:
+    """Why the image that `docker build` makes by default (the last stage, with the stages it is built
+    FROM) could not compile Triton's launcher at run time; empty when it can."""
+    image = d.final_image()
+    instructions = [i for stage in image for i in stage["instructions"]]
+    entry = [json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+             for op, rest in instructions if op == "ENTRYPOINT"]
+    if not entry or entry[-1] != ["tokenmill-train"]:
+        return [f"the last stage (FROM {image[-1]['base']}) does not run tokenmill-train: the compiler must "
+                "be in the stage that runs the trainer"]
+    problems, packages, cc_env, recommends = [], set(), False, False
+    for op, rest in instructions:
+        if op == "ENV":
+            words = shlex.split(rest)  # ENV CC=gcc-12 [K=V ...], or the old ENV CC gcc-12
+            cc_env |= words[:1] == ["CC"] or any(w.startswith("CC=") for w in words)
+        if op != "RUN":
+            continue
+        cmds = d.commands(rest)
+        for k, words in enumerate(cmds):
+            got = apt_install(words)
+            if got is None:
+                continue
+            opts, pkgs = got
+            packages |= set(pkgs)
+            no_rec = "--no-install-recommends" in opts or any(
+                re.fullmatch(r"APT::Install-Recommends=[\"']?(false|0|no)[\"']?", o, re.I) for o in opts)
+            recommends |= not no_rec and any(p in _CC_PACKAGES or _VERSIONED_CC.fullmatch(p) for p in pkgs)
+            if not any((apt_command(c) or ([], []))[1][:1] == ["update"] for c in cmds[:k]):
+                problems.append(f"RUN {rest[:80]}...: no `apt-get update` before the install in the same RUN "
+                                "(the base image keeps no apt lists)")
+            if not any(c[0] == "rm" and any(a.startswith("/var/lib/apt/lists") for a in c) for c in cmds[k + 1:]):
+                problems.append(f"RUN {rest[:80]}...: the apt lists are not removed (rm -rf /var/lib/apt/lists/*) "
+                                "in the same RUN, so they stay in the layer")
+    compilers = {p for p in packages if p in _CC_PACKAGES or (cc_env and _VERSIONED_CC.fullmatch(p))}
+    if not compilers:
+        problems.append(f"no C compiler apt-installed in the image that runs the trainer (apt packages: "
+                        f"{sorted(packages)}): torch.compile (parallel.compile=true) fails there; install one "
+                        f"of {sorted(_CC_PACKAGES)}")
+    elif not (packages & _LIBC_DEV or recommends or any(_DEPEND_ON_LIBC_DEV.fullmatch(p) for p in packages)):
+        problems.append(f"{sorted(compilers)} without libc6-dev (a Recommends of gcc, left out by "
+                        "--no-install-recommends): no C headers or crt files to build with")
+    # Python.h: the python:* images build CPython into /usr/local and keep its headers
+    # (/usr/local/include/python3.X, also in the -slim ones); a distribution Python needs its -dev package.
+    if not re.match(r"(docker\.io/)?(library/)?python:", image[0]["base"]) and not packages & {
+            "python3-dev", f"python{PY}-dev", "libpython3-dev"}:
+        problems.append(f"base {image[0]['base']} is not a python:* image and python3-dev is not installed: "
+                        "no Python.h for Triton's launcher")
+    return problems
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +290,56 @@ def test_copy_sources_exist(path):
     # pyproject's readme must be in the image, or building the package fails there.
     copied = {s for sources, _ in d.copies() for s in sources}
     assert {"pyproject.toml", "README.md", "tokenmill"} <= copied
+
+
+def test_trainer_image_has_a_c_compiler(trainer):
+    assert not c_compiler_problems(trainer), "\n".join(c_compiler_problems(trainer))
+
+
+_SLIM = "FROM python:3.11-slim-bookworm\n"
+_APT = "RUN apt-get update && apt-get install -y --no-install-recommends {} && rm -rf /var/lib/apt/lists/*\n"
+_RUNS = "ENTRYPOINT [\"tokenmill-train\"]\n"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    (_SLIM + "RUN pip install torch\n" + _RUNS, "no C compiler"),
+    (_SLIM + _APT.format("curl ca-certificates") + _RUNS, "no C compiler"),
+    # the compiler only in a build stage the trainer's stage copies from, not in the image
+    ("FROM python:3.11-slim-bookworm AS build\n" + _APT.format("gcc libc6-dev") + _SLIM
+     + "COPY --from=build /x /x\n" + _RUNS, "no C compiler"),
+    ("FROM python:3.11-slim-bookworm AS base\n" + _APT.format("gcc libc6-dev") + _RUNS
+     + "FROM base AS other\nRUN true\n" + _SLIM + "CMD [\"x\"]\n", "does not run tokenmill-train"),
+    (_SLIM + _APT.format("gcc") + _RUNS, "without libc6-dev"),
+    (_SLIM + _APT.format("gcc-12 libc6-dev") + _RUNS, "no C compiler"),  # no `gcc` on PATH
+    (_SLIM + "RUN apt-get install -y gcc libc6-dev && rm -rf /var/lib/apt/lists/*\n" + _RUNS, "apt-get update"),
+    (_SLIM + "RUN apt-get update\nRUN apt-get install -y gcc libc6-dev && rm -rf /var/lib/apt/lists/*\n"
+     + _RUNS, "apt-get update"),
+    (_SLIM + "RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev\n" + _RUNS,
+     "apt lists are not removed"),
+    ("FROM debian:bookworm-slim\n" + _APT.format("python3 python3-pip gcc libc6-dev") + _RUNS, "Python.h"),
+    # accepted
+    (_SLIM + _APT.format("gcc libc6-dev") + _RUNS, None),
+    (_SLIM + _APT.format("build-essential") + _RUNS, None),
+    (_SLIM + _APT.format("clang") + _RUNS, None),
+    (_SLIM + "RUN apt-get update && apt-get install -y gcc && rm -rf /var/lib/apt/lists/*\n" + _RUNS, None),
+    (_SLIM + "ENV CC=gcc-12\n" + _APT.format("gcc-12 libc6-dev") + _RUNS, None),
+    (_SLIM + "RUN set -eux; apt-get update; \\\n  DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Use-Pty=0 install \\\n"
+     "  --no-install-recommends gcc=4:12.2.0-3 g++; \\\n  rm -rf /var/lib/apt/lists/*\n" + _RUNS, None),
+    ("FROM python:3.11-slim-bookworm AS base\n" + _APT.format("gcc libc6-dev")
+     + "FROM base AS trainer\n" + _RUNS, None),
+    ("FROM debian:bookworm-slim\n" + _APT.format("python3-dev python3-pip gcc libc6-dev") + _RUNS, None),
+], ids=["pip-only", "no-compiler-package", "compiler-in-build-stage", "last-stage-not-trainer", "gcc-no-libc-dev",
+        "gcc-12-without-CC", "no-apt-update", "apt-update-in-other-RUN", "lists-kept", "debian-no-python-dev",
+        "gcc-libc-dev", "build-essential", "clang", "gcc-with-recommends", "gcc-12-with-CC", "shell-variants",
+        "FROM-a-stage", "debian-python3-dev"])
+def test_c_compiler_check_itself(tmp_path, text, problem):
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    problems = c_compiler_problems(Dockerfile(path))
+    if problem is None:
+        assert not problems, problems
+    else:
+        assert any(problem in p for p in problems), problems
 
 
 def test_trainer_entry_script_runs_torchrun(trainer, tmp_path):
@@ -310,7 +476,8 @@ def test_worker_pip_install_resolves(resolved):
 def test_trainer_pip_install_resolves_cuda_torch(resolved):
     pkgs = resolved["trainer"]
     assert "tokenmill" in pkgs
-    # python:*-slim has no compiler: everything but tokenmill itself must come as a wheel.
+    # Everything but tokenmill itself must come as a wheel: the image's compiler is there for
+    # torch.compile, and an sdist would still miss the -dev packages it builds against.
     assert not resolved["trainer:sdists"], f"would be built from source in the slim image: {resolved['trainer:sdists']}"
     assert Version(pkgs["torch"]) >= MIN_TORCH, pkgs["torch"]
     if sys.platform == "linux" and platform.machine() == "x86_64":

@@ -24,7 +24,8 @@ from tokenmill.pipelines.inspect import inspect_output  # noqa: E402
 from tokenmill.trainer import data as D  # noqa: E402
 from tokenmill.trainer.config import load_train_config  # noqa: E402
 from tokenmill.trainer.metrics import available_memory  # noqa: E402
-from tokenmill.trainer.train import cpu_memory_needed, model_args  # noqa: E402
+from tokenmill.trainer.preflight import cpu_memory_needed  # noqa: E402
+from tokenmill.trainer.train import model_args  # noqa: E402
 
 VOCAB = 500
 TINY = ["--set", "model.preset=null", "--set", "model.n_layers=1", "--set", "model.d_model=32",
@@ -80,14 +81,14 @@ def test_run_that_is_a_file_is_refused_in_one_line(outs, tmp_path, capsys, where
     run = tmp_path / "file" if where == "file" else tmp_path / "file" / "run"
     assert train(outs[0], run) == 2
     err = one_error_line(capsys)
-    assert f"--run {run}" in err and ("not a folder" in err if where == "file" else "cannot create" in err)
+    assert f"--run-dir {run}" in err and ("not a folder" in err if where == "file" else "cannot create" in err)
     assert (tmp_path / "file").read_text() == "not a folder"
 
 
 def _refused_as_unwritable(outs, run, capsys):
     assert train(outs[0], run) == 2
     err = one_error_line(capsys)
-    assert f"--run {run}: cannot write there" in err
+    assert f"--run-dir {run}: cannot write there" in err
     assert not os.path.exists(os.path.join(run, "checkpoints"))
 
 

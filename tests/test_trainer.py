@@ -35,14 +35,14 @@ def child_env() -> dict:
 
 
 def train_cmd(data: Path, run: Path, accum: int = 2, extra: tuple = ()) -> list[str]:
-    return [TOKENMILL, "train", "--data", str(data), "--run", str(run), *COMMON,
+    return [TOKENMILL, "train", "--data", str(data), "--run-dir", str(run), *COMMON,
             "--set", f"train.grad_accum={accum}", *extra]
 
 
 def torchrun_cmd(n: int, cmd: list[str]) -> list[str]:
-    # "--" keeps torchrun's own parser from reading tokenmill's --run as its --run-path.
+    # As users type it: no "--" before the command (tokenmill's --run-dir is not torchrun's).
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-            "--no-python", "--", *cmd]
+            "--no-python", *cmd]
 
 
 def run_ok(cmd: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
@@ -90,8 +90,8 @@ def test_reference_run_layout_and_loss_falls(reference):
 
 
 def test_two_ranks_equal_one_rank_at_the_same_global_batch(prepared, reference, tmp_path):
-    run = tmp_path / "run2"
-    p = run_ok(torchrun_cmd(2, train_cmd(prepared, run, accum=1)))
+    run = tmp_path / "run2"  # with background saves: the reference saves synchronously
+    p = run_ok(torchrun_cmd(2, train_cmd(prepared, run, accum=1, extra=("--set", "checkpoint.async=true"))))
     assert "2 rank(s)" in p.stderr
     ref, two = metrics(reference[0]), metrics(run)
     assert len(two) == STEPS
@@ -202,10 +202,42 @@ def test_fp16_run_resumes_with_its_grad_scaler(prepared, tmp_path):
     """fp16 keeps a GradScaler: its state (scale, growth tracker) is in the checkpoint, and a
     longer rerun of the same command goes on from it (a fresh scaler used to crash on update)."""
     run = tmp_path / "fp16"
-    short = ("--set", "train.steps=3", "--set", "precision=fp16", "--set", "checkpoint.final=full",
-             "--set", "checkpoint.every=0")
+    short = ("--set", "train.steps=3", "--set", "precision=fp16", "--set", "checkpoint.every=0")
     run_ok(train_cmd(prepared, run, accum=1, extra=short))
     saved = json.loads((run / "checkpoints" / "step-00000003" / "trainer.json").read_text())["scaler"]
     assert saved["scale"] > 0 and "_growth_tracker" in saved
     p = run_ok(train_cmd(prepared, run, accum=1, extra=(*short[:-2], "--set", "train.steps=5")))
     assert "resumed from" in p.stderr and [r["step"] for r in metrics(run)] == [1, 2, 3, 4, 5]
+
+
+FAULT = """
+import os, sys
+import torch
+from tokenmill.trainer import train as T
+real, calls = T.loss_sum, [0]
+def loss_sum(*a, **k):  # rank 1 runs out of memory in its 3rd micro-step
+    calls[0] += 1
+    if os.environ["RANK"] == "1" and calls[0] == 3:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return real(*a, **k)
+T.loss_sum = loss_sum
+from tokenmill.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_error_on_another_rank_is_said_and_ends_the_job(prepared, tmp_path):
+    """An OOM on rank 1 only: rank 1 prints its own line, rank 0 stops at once with its own
+    line (not silence, not a hang until torchrun's grace period), and no traceback of ours."""
+    script = tmp_path / "oom_on_rank1.py"
+    script.write_text(FAULT)
+    cmd = train_cmd(prepared, tmp_path / "run", accum=1)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script), *cmd[1:]], env=child_env(), capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    ours = [line for line in p.stderr.splitlines() if line.startswith("tokenmill: error:")]
+    assert p.returncode != 0 and took < 60, (took, p.stderr[-3000:])
+    assert any(line.startswith("tokenmill: error: rank 1: CUDA out of memory at step 3") for line in ours), ours
+    assert any(line.startswith("tokenmill: error: rank 0: lost contact with the other ranks") for line in ours), ours
+    assert "[rank0]: Traceback" not in p.stderr and "[rank1]: Traceback" not in p.stderr

@@ -2,7 +2,6 @@
 loader (worker-count independence, rank slices, mixtures, per-document positions), and the
 refusal of a corrupted shard. Shards are written with the pipeline's own writer."""
 
-import hashlib
 import os
 
 import numpy as np
@@ -10,35 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from trainer_helpers import EOS, make_output  # noqa: E402
+
 from tokenmill.cli import main  # noqa: E402
 from tokenmill.errors import UserError  # noqa: E402
 from tokenmill.trainer import data as D  # noqa: E402
 from tokenmill.trainer.config import load_train_config  # noqa: E402
 from tokenmill.trainer.train import lr_at  # noqa: E402
-from tokenmill.transforms.shards import write_manifest, write_shard  # noqa: E402
-
-EOS = 0
-
-
-def make_output(out, n_docs: int, seed: int, vocab: int = 500, n_shards: int = 2, batch_tokens: int = 300) -> str:
-    """A prepared output (manifest + Arrow shards + tokenizer file) with random EOS-terminated docs."""
-    rng = np.random.default_rng(seed)
-    os.makedirs(os.path.join(out, "shards"), exist_ok=True)
-    tok_text = '{"version": "1.0", "note": "stand-in tokenizer for loader tests"}'
-    with open(os.path.join(out, "tokenizer.json"), "w") as fh:
-        fh.write(tok_text)
-    tok = {"sha256": hashlib.sha256(tok_text.encode()).hexdigest(), "vocab_size": vocab, "eos_id": EOS,
-           "bos_id": None, "pad_id": None, "model": "BPE"}
-    metas = []
-    for split, n, shards in (("train", n_docs, n_shards), ("val", max(2, n_docs // 10), 1)):
-        rows = []
-        for i in range(n):
-            t = rng.integers(1, vocab, size=int(rng.integers(5, 120)), dtype=np.uint16)
-            rows.append((f"{split}-{seed}-{i:05d}", np.append(t, np.uint16(EOS))))
-        for k in range(shards):
-            metas.append(write_shard((split, k, shards), rows[k::shards], str(out), "uint16", tok, batch_tokens))
-    write_manifest(metas, str(out), tok, "uint16", {}, "test")
-    return str(out)
 
 
 @pytest.fixture(scope="module")

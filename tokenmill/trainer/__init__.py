@@ -1,9 +1,9 @@
 """The slim FSDP2 trainer that streams what `tokenmill prepare` wrote.
 
-    tokenmill train --data OUT --run RUN [--config train.yaml] [--set key=value ...]
-    torchrun --nproc_per_node 8 --no-python -- tokenmill train --data OUT --run RUN ...
+    tokenmill train --data OUT --run-dir RUN [--config train.yaml] [--set key=value ...]
+    torchrun --nproc_per_node 8 --no-python tokenmill train --data OUT --run-dir RUN ...
 
-(The ``--`` keeps torchrun's own argument parser from reading ``--run`` as its ``--run-path``.)
+(``--run`` is an alias, but not under torchrun: its parser reads ``--run`` as ``--run-path``.)
 Rerunning the same command resumes from the newest complete checkpoint in RUN.
 
 One module per concern, in the order a run uses them:
@@ -11,14 +11,17 @@ One module per concern, in the order a run uses them:
     config.py      the validated config (pydantic; YAML + --set), model presets
     data.py        manifest + checksums, mmapped token streams, packed windows, sample order,
                    rank/worker slices, mixtures, validation batches
-    model.py       Llama-style decoder (RMSNorm, RoPE, SwiGLU, GQA via SDPA); no parallelism
+    model.py       Llama-style decoder (RMSNorm, RoPE, SwiGLU, GQA via SDPA, document masks via
+                   FlexAttention on GPU); no parallelism
     parallel.py    process group + device mesh; meta build -> activation checkpointing ->
                    compile -> fully_shard -> materialise
+    preflight.py   refusals before training: run folder, checksums (a slice per rank), memory,
+                   the RUN's tokenizer and model shape
     train.py       the loop: micro-steps, clip, AdamW, schedule, non-finite skips, eval, saves
     checkpoint.py  DCP checkpoints written to a temp folder, marked COMPLETE, renamed
     metrics.py     metrics.jsonl, TensorBoard, MFU, the console line
     export.py      RUN/hf: a transformers-loadable LlamaForCausalLM
 
-Assumptions: the prepared outputs and RUN are on a filesystem every rank sees (rank 0
-verifies the shard checksums and renames checkpoint folders for all).
+Assumptions: the prepared outputs and RUN are on a filesystem every rank sees (each rank
+verifies its slice of the shard checksums; rank 0 renames checkpoint folders for all).
 """

@@ -208,7 +208,7 @@ def load(path: str, model, optim) -> dict:
     except Exception as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot resume from {path}: it does not match this model and optimizer "
-                        f"(changed model.* settings? use a new --run): {first}") from None
+                        f"(changed model.* settings? use a new --run-dir): {first}") from None
     set_model_state_dict(model, sd["model"])
     set_optimizer_state_dict(model, optim, sd["optim"])
     return read_state(path)

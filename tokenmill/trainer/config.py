@@ -149,12 +149,9 @@ class CheckpointConfig(_Section):
     # and written in a background thread while training goes on. Costs one host copy of the
     # rank's shard of the weights and optimizer state.
     async_save: bool = Field(default=False, validation_alias=AliasChoices("async", "async_save"))
-    # The save at the last step: full (weights + optimizer: the run can be extended), model
-    # (weights only, in final/), none. Unset: full, or none when checkpoint.every is 0.
-    final: Literal["full", "model", "none"] | None = None
-
-    def final_save(self) -> str:
-        return self.final or ("full" if self.every else "none")
+    # The save at the last step: full (weights + optimizer: a rerun with more train.steps goes
+    # on from it), model (weights only, in final/: for 1b with AdamW a third of the size), none.
+    final: Literal["full", "model", "none"] = "full"
 
 
 class EvalConfig(_Section):

@@ -22,6 +22,16 @@ class SharedError(UserError):
     """An error every rank raised together (raise_if_any): rank 0's line says it for all."""
 
 
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Timed out", "timed out", "NCCL", "Gloo",
+              "gloo", "ProcessGroup")
+
+
+def lost_peer(e: BaseException) -> bool:
+    """Whether ``e`` is a failed collective (a peer died, or a timeout) rather than this rank's
+    own fault. NCCL raises DistError; gloo raises a plain RuntimeError, told apart by its text."""
+    return isinstance(e, dist.DistError) or (isinstance(e, RuntimeError) and any(k in str(e) for k in _PEER_LOST))
+
+
 @dataclass
 class Dist:
     rank: int
@@ -150,7 +160,9 @@ def apply_fsdp(model: nn.Module, mesh, mp_policy, cpu_offload: bool, reshard_aft
     it first, straight away."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-    kw = {"mesh": mesh, "mp_policy": mp_policy, "offload_policy": CPUOffloadPolicy() if cpu_offload else OffloadPolicy()}
+    # Pinned host memory only where there is a device to copy to (pinning needs one).
+    offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else OffloadPolicy()
+    kw = {"mesh": mesh, "mp_policy": mp_policy, "offload_policy": offload}
     fully_shard(model.embed_tokens, reshard_after_forward=reshard_after_forward, **kw)
     for block in model.layers:
         fully_shard(block, reshard_after_forward=reshard_after_forward, **kw)

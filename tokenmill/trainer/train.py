@@ -12,10 +12,10 @@ import contextlib
 import gc
 import math
 import os
+import re
 import signal
 import sys
 import time
-from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,6 @@ from tokenmill.trainer.config import OptimConfig, TrainJobConfig
 from tokenmill.trainer.metrics import (
     Metrics,
     PendingSteps,
-    available_memory,
     memory_row,
     peak_flops,
     run_summary,
@@ -43,10 +42,18 @@ from tokenmill.trainer.parallel import (
     close_distributed,
     fsdp_casts,
     init_distributed,
+    lost_peer,
     parallelize,
     raise_if_any,
     set_train_timeout,
     wants_fsdp,
+)
+from tokenmill.trainer.preflight import (
+    check_cpu_memory,
+    check_same_model,
+    check_same_tokenizer,
+    open_data,
+    prepare_run_dir,
 )
 
 # ---------------------------------------------------------------- pure pieces
@@ -110,21 +117,6 @@ def model_args(cfg: TrainJobConfig, vocab_size: int) -> ModelArgs:
                      norm_eps=cfg.model.norm_eps, **dims)
 
 
-def cpu_memory_needed(args: ModelArgs, cfg: TrainJobConfig, precision: str, shards: int) -> tuple[float, float]:
-    """(weights + gradients + AdamW moments, activations + logits) of one rank, in bytes. Fitted
-    on measured peaks (fp32, no checkpointing): each block keeps ~16 d + 4 ffn values per token for
-    backward, the loss ~4 x vocab (logits, log-softmax and their gradients). Attention matrices
-    of data.doc_mask are left out: the figure errs low rather than refuse a run that fits."""
-    n_all, _ = count_params(args)
-    value = 2 if precision in ("bf16", "fp16") else 4
-    block = (16 * args.d_model + 4 * args.ffn_hidden) * value
-    every = cfg.parallel.activation_checkpointing
-    recomputed = -(-args.n_layers // every) if every else 0  # these keep only their input, plus one block's worth
-    per_token = (args.n_layers - recomputed) * block + recomputed * args.d_model * value + (block if every else 0) \
-        + 16 * args.vocab_size
-    return 16 * n_all / shards, per_token * cfg.train.micro_batch * cfg.data.seq_len
-
-
 def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
@@ -171,95 +163,6 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return t.full_tensor() if isinstance(t, DTensor) else t
-
-
-# ---------------------------------------------------------------- setup helpers
-
-
-def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
-    """Manifests of every --data output. Each rank hashes its own slice of the shards (rank r
-    the r-th of every world), then the ranks agree: at TB scale one rank hashing everything
-    while the others wait would take the start-up past any timeout."""
-    manifests, error = None, None
-    try:
-        manifests = [D.open_output(p, cfg.data.verify_checksums, part=(d.rank, d.world)) for p in cfg.data.paths]
-    except UserError as e:
-        error = str(e)
-    raise_if_any(error, d)
-    return manifests
-
-
-def prepare_run_dir(run: str, d: Dist) -> None:
-    """RUN must be a folder every rank can write to: found now, not at the first checkpoint."""
-    error = None
-    if d.main:
-        try:
-            os.makedirs(run, exist_ok=True)
-        except FileExistsError:
-            error = f"--run {run} exists and is not a folder"
-        except OSError as e:
-            error = f"--run {run}: cannot create the folder ({e.strerror})"
-    raise_if_any(error, d)
-    probe = os.path.join(run, f".write-test-rank{d.rank}")
-    try:  # a real write: os.access says yes to root on a read-only folder
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        error = f"--run {run}: cannot write there ({e.strerror})"
-    raise_if_any(error, d)
-
-
-def check_cpu_memory(args: ModelArgs, cfg: TrainJobConfig, precision: str, d: Dist) -> None:
-    """On CPU a step that does not fit is OOM-killed without a word: refuse it up front. (On a
-    GPU the loop's OutOfMemoryError handler says what to lower.)"""
-    available = available_memory() if d.device.type == "cpu" else None
-    if available is None:
-        return
-    state, act = cpu_memory_needed(args, cfg, precision, d.world if wants_fsdp(d, cfg.parallel.shard_single_rank) else 1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # ranks sharing this machine's memory
-    error = None
-    if local * (state + act) > available:
-        gib = 2**30
-        error = (f"training needs about {local * (state + act) / gib:.1f} GiB of memory, {available / gib:.1f} GiB "
-                 f"is available: {local} rank(s) x ({state / gib:.1f} GiB weights, gradients and AdamW state + "
-                 f"{act / gib:.1f} GiB activations for a micro-batch of {cfg.train.micro_batch} x {cfg.data.seq_len} "
-                 f"tokens); lower train.micro_batch (raise train.grad_accum to keep the batch) or data.seq_len, set "
-                 f"parallel.activation_checkpointing=1, or use a smaller model")
-    raise_if_any(error, d)
-
-
-def check_same_tokenizer(found: tuple[int, str] | None, tok: dict, cfg: TrainJobConfig, run: str) -> str | None:
-    """A RUN keeps one tokenizer: the same ids from another one are other tokens, and the export
-    would ship the new tokenizer with weights trained on the old. Returns a warning for a
-    checkpoint written before trainer.json recorded it."""
-    if not found:
-        return None
-    before = ckpt.read_state(found[1]).get("tokenizer_sha256")
-    if before is None:
-        return f"{found[1]} does not record its tokenizer (an older tokenmill): cannot check it is the data's"
-    if before != tok["sha256"]:
-        raise SharedError(f"{run} was trained with tokenizer {before[:12]} and --data {' '.join(cfg.data.paths)} has "
-                        f"tokenizer {tok['sha256'][:12]}: use a new --run, or data prepared with the run's tokenizer")
-    return None
-
-
-def check_same_model(run: str, args: ModelArgs, d: Dist) -> None:
-    """A RUN keeps one model shape: resuming a different one would fail deep inside DCP."""
-    import json
-
-    path = os.path.join(run, "model.json")
-    existed = os.path.exists(path)
-    if existed:
-        with open(path, encoding="utf-8") as fh:
-            before = json.load(fh)
-        if before != asdict(args):
-            diff = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in asdict(args).items() if before.get(k) != v)
-            raise SharedError(f"{run} holds a run of another model shape ({diff}): use a new --run or the same settings")
-    dist.barrier()  # every rank has looked before rank 0 writes
-    if d.main and not existed:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(asdict(args), fh, indent=2)
 
 
 class _StopFlag:
@@ -316,9 +219,12 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
         # called without an active exception"): 2 of ~8 suite runs on this machine.
         dist.barrier()
         return rc
-    except dist.DistError as e:
+    except RuntimeError as e:
+        if not lost_peer(e):
+            raise
         # A collective failed: a peer died (its own error line says why) or timed out.
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0][:160]  # gloo's "[file.cc:553] " prefix
         raise UserError(f"lost contact with the other ranks ({first}): another rank failed "
                         f"(see its error) or hung past parallel.train_timeout_s") from None
     finally:
@@ -486,7 +392,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 state["best_val"] = rows[-1]["val_loss"]
                 saver.save(os.path.join(ckpt_root, "best"), model, None, state)
 
-            final = step == cfg.train.steps and cfg.checkpoint.final_save()
+            final = step == cfg.train.steps and cfg.checkpoint.final
             if do_save or final == "full":
                 if scaler is not None:  # read only here: get_scale() waits for the device
                     state["scaler"] = scaler.state_dict()
@@ -501,9 +407,9 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
         saver.wait()
     except torch.OutOfMemoryError:
         raise UserError(oom_message(cfg, step + 1)) from None
-    except dist.DistError:
-        raise
-    except (RuntimeError, OSError):
+    except (RuntimeError, OSError) as e:
+        if lost_peer(e):
+            raise
         # A shard truncated between a worker's size check and its copy kills the worker (SIGBUS);
         # the loop then sees a broken queue or DataLoader's RuntimeError: name the shard if so.
         dataset.check_files()

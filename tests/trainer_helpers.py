@@ -1,0 +1,33 @@
+"""A prepared output written with the pipeline's own shard writer, shared by the trainer tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from tokenmill.transforms.shards import write_manifest, write_shard
+
+EOS = 0
+
+
+def make_output(out, n_docs: int, seed: int, vocab: int = 500, n_shards: int = 2, batch_tokens: int = 300) -> str:
+    """A prepared output (manifest + Arrow shards + tokenizer file) with random EOS-terminated docs."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(os.path.join(out, "shards"), exist_ok=True)
+    tok_text = '{"version": "1.0", "note": "stand-in tokenizer for loader tests"}'
+    with open(os.path.join(out, "tokenizer.json"), "w") as fh:
+        fh.write(tok_text)
+    tok = {"sha256": hashlib.sha256(tok_text.encode()).hexdigest(), "vocab_size": vocab, "eos_id": EOS,
+           "bos_id": None, "pad_id": None, "model": "BPE"}
+    metas = []
+    for split, n, shards in (("train", n_docs, n_shards), ("val", max(2, n_docs // 10), 1)):
+        rows = []
+        for i in range(n):
+            t = rng.integers(1, vocab, size=int(rng.integers(5, 120)), dtype=np.uint16)
+            rows.append((f"{split}-{seed}-{i:05d}", np.append(t, np.uint16(EOS))))
+        for k in range(shards):
+            metas.append(write_shard((split, k, shards), rows[k::shards], str(out), "uint16", tok, batch_tokens))
+    write_manifest(metas, str(out), tok, "uint16", {}, "test")
+    return str(out)
