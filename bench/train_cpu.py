@@ -112,12 +112,15 @@ def run_plain(tokens: np.ndarray, vocab: int, steps: int, warmup: int) -> tuple[
 def run_tokenmill(data: str, steps: int, warmup: int, threads: int, extra: tuple = ()) -> float:
     run = tempfile.mkdtemp(prefix="tokenmill_bench_run_")
     try:
-        cmd = [os.path.join(os.path.dirname(sys.executable), "tokenmill"), "train", "--data", data, "--run", run]
+        cmd = [os.path.join(os.path.dirname(sys.executable), "tokenmill"), "train", "--data", data, "--run-dir", run]
         sets = ["model.preset=null", f"model.n_layers={L}", f"model.n_heads={H}", f"model.d_model={D}",
                 "model.ffn_hidden=688", f"data.seq_len={T}", f"train.micro_batch={MB}", f"train.grad_accum={ACCUM}",
                 f"train.steps={steps}", "precision=fp32", "optim.lr=1e-3", "checkpoint.every=0",
                 "checkpoint.every_minutes=0", "eval.every=0", "eval.samples=1", "export.enabled=false",
-                "data.num_workers=0", "metrics.tensorboard=false", f"train.log_every={steps}", *extra]
+                "data.num_workers=0", "metrics.tensorboard=false", *extra,
+                # a log step every step: per-step times (the loop reads the device back only at
+                # log steps, which on CPU costs nothing)
+                "train.log_every=1"]
         for s in sets:
             cmd += ["--set", s]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
