@@ -12,11 +12,21 @@ from tokenmill.transforms.shards import write_manifest, write_shard
 EOS = 0
 
 
+def word_level_tokenizer(vocab: int) -> str:
+    """A real tokenizer.json for random ids: word ``w<i>`` is id i, id 0 the special EOS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    t = Tokenizer(models.WordLevel({"<eos>": EOS, **{f"w{i}": i for i in range(1, vocab)}}, unk_token="<eos>"))
+    t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    t.add_special_tokens(["<eos>"])
+    return t.to_str()
+
+
 def make_output(out, n_docs: int, seed: int, vocab: int = 500, n_shards: int = 2, batch_tokens: int = 300) -> str:
     """A prepared output (manifest + Arrow shards + tokenizer file) with random EOS-terminated docs."""
     rng = np.random.default_rng(seed)
     os.makedirs(os.path.join(out, "shards"), exist_ok=True)
-    tok_text = '{"version": "1.0", "note": "stand-in tokenizer for loader tests"}'
+    tok_text = word_level_tokenizer(vocab)
     with open(os.path.join(out, "tokenizer.json"), "w") as fh:
         fh.write(tok_text)
     tok = {"sha256": hashlib.sha256(tok_text.encode()).hexdigest(), "vocab_size": vocab, "eos_id": EOS,

@@ -136,6 +136,10 @@ def run_summary(rows: list[dict], device: torch.device, world: int) -> list[str]
                      f"{last['alloc_retries']} allocator retries, {last['ooms']} OOMs")
     else:
         lines.append(f"memory: peak RSS {last['peak_mem_mb'] / 1024:.2f} GiB (no device memory on {device.type})")
+    evals = [r for r in rows if "val_loss" in r]
+    if evals:
+        bpb = f", {evals[-1]['val_bpb']:.4f} bits per byte" if "val_bpb" in evals[-1] else ""
+        lines.append(f"validation at step {evals[-1]['step']}: loss {evals[-1]['val_loss']:.4f}{bpb}")
     lines.append("not measured from one rank: GPU busy % and the communication share of a step "
                  "(profile a few steps with torch.profiler to see them)")
     return lines
@@ -201,7 +205,8 @@ class Metrics:
         if self._tb is not None:
             for k, v in row.items():
                 if k != "step" and isinstance(v, (int, float)):
-                    self._tb.add_scalar(f"train/{k}" if k != "val_loss" else "val/loss", v, row["step"])
+                    name = {"val_loss": "val/loss", "val_bpb": "val/bpb"}.get(k, f"train/{k}")
+                    self._tb.add_scalar(name, v, row["step"])
         step = row["step"]
         if step % self.log_every == 0 or step == self.total or "val_loss" in row:
             print(progress_line(row, self.total), file=sys.stderr, flush=True)
@@ -235,7 +240,7 @@ def progress_line(row: dict, total: int) -> str:
     parts.append(f"data-wait {row['data_wait_pct']:.1f}%")
     parts.append(f"mem {row['peak_mem_mb'] / 1024:.2f}GiB")
     if "val_loss" in row:
-        parts.append(f"val {row['val_loss']:.4f}")
+        parts.append(f"val {row['val_loss']:.4f}" + (f" ({row['val_bpb']:.4f} bpb)" if "val_bpb" in row else ""))
     if row.get("skipped"):
         parts.append("SKIPPED (non-finite)")
     return "  ".join(parts)

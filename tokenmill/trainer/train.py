@@ -25,6 +25,7 @@ from tokenmill.errors import UserError
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
 from tokenmill.trainer.config import OptimConfig, TrainJobConfig
+from tokenmill.trainer.evaluation import evaluate, token_byte_lengths
 from tokenmill.trainer.metrics import (
     Metrics,
     PendingSteps,
@@ -127,36 +128,16 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
 
 
-def loss_sum(model, batch: dict, precision: str, device: torch.device, loss_fn=token_loss_sum) -> torch.Tensor:
-    """Sum (not mean) of the token losses of one micro-batch, in fp32."""
+def forward(model, batch: dict, precision: str, device: torch.device) -> torch.Tensor:
+    """Logits of one batch's inputs (every token but the last), under the run's precision."""
     tokens = batch["tokens"]
     with autocast(precision, device):
-        logits = model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
-    return loss_fn(logits, tokens[:, 1:])
+        return model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
 
 
-def row_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy of each row, on the flattened (B*T, V) logits as in training: a
-    strided (B, V, T) transpose would make the kernel read the logits out of order."""
-    B, T = targets.shape
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(B, T).sum(1)
-
-
-@torch.no_grad()
-def evaluate(model, batches: list, precision: str, device: torch.device) -> float:
-    model.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=device)
-    for batch, weight in batches:
-        batch, weight = to_device(batch, device), weight.to(device)
-        tokens = batch["tokens"]
-        with autocast(precision, device):
-            logits = model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
-        per_row = row_nll(logits, tokens[:, 1:])
-        total[0] += (per_row * weight).sum()
-        total[1] += weight.sum() * (tokens.shape[1] - 1)
-    dist.all_reduce(total)
-    model.train()
-    return (total[0] / total[1]).item()
+def loss_sum(model, batch: dict, precision: str, device: torch.device, loss_fn=token_loss_sum) -> torch.Tensor:
+    """Sum (not mean) of the token losses of one micro-batch, in fp32."""
+    return loss_fn(forward(model, batch, precision, device), batch["tokens"][:, 1:])
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -267,6 +248,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     optim = build_optimizer(model, cfg.optim, cfg.lr())
     scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
     loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
+    tokenizer_json = os.path.join(cfg.data.paths[0], tok.get("file", "tokenizer.json"))
+    byte_lengths = torch.from_numpy(token_byte_lengths(tokenizer_json)).to(d.device) if val else None
 
     # -- resume from the newest complete checkpoint (its integers say where the data stands)
     state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None,
@@ -377,7 +360,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
             rows = pending.flush()
             memory = memory_row(d.device)
             if do_eval:
-                rows[-1]["val_loss"] = evaluate(model, val, precision, d.device)
+                rows[-1].update(evaluate(model, val, lambda m, b: forward(m, b, precision, d.device), d.device,
+                                         byte_lengths))
             for row in rows:
                 row.update(memory, mfu=row["tokens_per_s"] * fpt / (peak * d.world) if peak else None)
                 state["bad_in_row"] = state["bad_in_row"] + 1 if row["skipped"] else 0
@@ -429,7 +413,6 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     elif cfg.export.enabled:
         from tokenmill.trainer.export import export_hf
 
-        tokenizer_json = os.path.join(cfg.data.paths[0], tok.get("file", "tokenizer.json"))
         if export_hf(run_dir, model, args, tok, tokenizer_json, cfg.export.dtype, d.main):
             metrics.note(f"exported {hf_dir} (transformers: AutoModelForCausalLM.from_pretrained)")
     return 0
