@@ -138,7 +138,7 @@ def test_manifest_vocab_size_that_disagrees_with_the_tokenizer(outs, tmp_path, c
 
 def test_token_ids_past_vocab_size_are_caught(outs, tmp_path, capsys):
     # The stand-in tokenizer of make_output has no vocab to compare, so only the ids can tell.
-    bad = make_output(tmp_path / "bad", 100, seed=3, vocab=VOCAB)
+    bad = make_output(tmp_path / "bad", 100, seed=3, vocab=VOCAB, stand_in_tokenizer=True)
     edit_manifest(bad, vocab_size=200)
     assert inspect_output(bad, console=Console(width=400)) == 1
     fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]

@@ -22,11 +22,13 @@ def word_level_tokenizer(vocab: int) -> str:
     return t.to_str()
 
 
-def make_output(out, n_docs: int, seed: int, vocab: int = 500, n_shards: int = 2, batch_tokens: int = 300) -> str:
+def make_output(out, n_docs: int, seed: int, vocab: int = 500, n_shards: int = 2, batch_tokens: int = 300,
+                stand_in_tokenizer: bool = False) -> str:
     """A prepared output (manifest + Arrow shards + tokenizer file) with random EOS-terminated docs."""
     rng = np.random.default_rng(seed)
     os.makedirs(os.path.join(out, "shards"), exist_ok=True)
-    tok_text = word_level_tokenizer(vocab)
+    # stand_in: a tokenizer.json without a vocab, so only the token ids can show a wrong vocab_size
+    tok_text = '{"version": "1.0", "note": "stand-in"}' if stand_in_tokenizer else word_level_tokenizer(vocab)
     with open(os.path.join(out, "tokenizer.json"), "w") as fh:
         fh.write(tok_text)
     tok = {"sha256": hashlib.sha256(tok_text.encode()).hexdigest(), "vocab_size": vocab, "eos_id": EOS,
