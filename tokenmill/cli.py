@@ -130,6 +130,17 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         raise UserError(f"{rank_prefix()}{e}") from None
 
 
+def cmd_compare(args: argparse.Namespace, _: list[str]) -> int:
+    try:
+        from tokenmill.trainer.compare import compare, print_table
+    except ImportError as e:
+        raise UserError(f"compare needs torch: pip install 'tokenmill[train]' ({e})") from None
+    result = compare(args.outs, args.eval, args.tokens, args.seeds, args.output, args.config, args.set, args.eval_docs)
+    print_table(result)
+    print(f"compare: {args.output}/compare.html, {args.output}/compare.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenmill",
@@ -191,6 +202,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="key=value",
                    help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "compare",
+        help="train the same proxy model on several prepared outputs and compare them in bits per byte",
+        description="Does a data recipe help? Each OUT gets the same proxy model (the trainer's config), "
+        "seeds and number of training tokens; every arm is then scored on the same --eval text in bits per byte "
+        "(through its own tokenizer) and on every other arm's val split. Rerunning resumes: finished runs are kept.",
+        allow_abbrev=False,
+    )
+    p.add_argument("outs", nargs="+", metavar="OUT", help="prepared output folders (two or more)")
+    p.add_argument("--eval", required=True, metavar="EVAL",
+                   help="evaluation documents: JSONL or Parquet with a text field, or an OUT folder (its kept docs)")
+    p.add_argument("--tokens", type=int, required=True, metavar="N", help="training tokens per arm")
+    p.add_argument("--seeds", type=int, default=2, help="seeds per arm (default 2: the spread tells noise from gain)")
+    p.add_argument("--eval-docs", type=int, default=2000, metavar="N", help="evaluate on at most N documents")
+    p.add_argument("--output", required=True, metavar="DIR")
+    p.add_argument("--config", metavar="train.yaml", help="trainer config of the proxy (default: the tiny preset)")
+    p.add_argument("--set", action="append", default=[], metavar="key=value", help="trainer config override")
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

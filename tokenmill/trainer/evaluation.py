@@ -113,7 +113,7 @@ def text_bpb(model, tokenizer_json: str, eos_id: int, texts: list[str], seq_len:
     model.eval()
     nats, targets = 0.0, 0
     for chunk in chunks:
-        x = torch.from_numpy(chunk).to(device)
+        x = torch.tensor(chunk, device=device)  # a copy: the windows are views of one array
         nll = token_nll(model(x[:, :-1]), x[:, 1:])
         text = x[:, 1:] != eos_id
         nats += float(nll[text].sum())
