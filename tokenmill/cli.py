@@ -130,6 +130,17 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         raise UserError(f"{rank_prefix()}{e}") from None
 
 
+def cmd_generate(args: argparse.Namespace, _: list[str]) -> int:
+    try:
+        from tokenmill.trainer.generate import generate
+    except ImportError as e:
+        raise UserError(f"generate needs torch: pip install 'tokenmill[train]' ({e})") from None
+    text, source = generate(args.run, args.prompt, args.max_tokens, args.temperature, args.top_k, args.seed)
+    print(f"tokenmill generate: weights from {source}", file=sys.stderr)
+    print(args.prompt + text)
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace, _: list[str]) -> int:
     try:
         from tokenmill.trainer.compare import compare, print_table
@@ -202,6 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="key=value",
                    help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("generate", help="sample text from a trained run (newest checkpoint, else RUN/hf)",
+                       allow_abbrev=False)
+    p.add_argument("run", metavar="RUN", help="a `tokenmill train` run folder")
+    p.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
+    p.add_argument("--max-tokens", type=int, default=100)
+    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    p.add_argument("--top-k", type=int, default=50, help="0: the whole vocabulary")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(
         "compare",

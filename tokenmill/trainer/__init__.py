@@ -19,8 +19,11 @@ One module per concern, in the order a run uses them:
                    the RUN's tokenizer and model shape
     train.py       the loop: micro-steps, clip, AdamW, schedule, non-finite skips, eval, saves
     checkpoint.py  DCP checkpoints written to a temp folder, marked COMPLETE, renamed
-    metrics.py     metrics.jsonl, TensorBoard, MFU, the console line
+    metrics.py     metrics.jsonl, TensorBoard, MFU, memory, the console line, the end-of-run summary
     export.py      RUN/hf: a transformers-loadable LlamaForCausalLM
+    evaluation.py  validation loss and bits per byte (tokenizer-independent)
+    compare.py     `tokenmill compare`: matched proxy runs per prepared output, scored in bpb;
+                   compare_html.py renders its page
 
 Assumptions: the prepared outputs and RUN are on a filesystem every rank sees (each rank
 verifies its slice of the shard checksums; rank 0 renames checkpoint folders for all).

@@ -13,6 +13,7 @@ import gc
 import math
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -249,13 +250,15 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
     loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
     tokenizer_json = os.path.join(cfg.data.paths[0], tok.get("file", "tokenizer.json"))
+    if d.main:  # the run keeps the tokenizer it trains with: `tokenmill generate` reads it
+        shutil.copyfile(tokenizer_json, os.path.join(run_dir, "tokenizer.json"))
     byte_lengths = torch.from_numpy(token_byte_lengths(tokenizer_json)).to(d.device) if val else None
 
     # -- resume from the newest complete checkpoint (its integers say where the data stands)
     state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None,
-             "tokenizer_sha256": tok["sha256"]}
+             "tokenizer_sha256": tok["sha256"], "eos_id": tok["eos_id"]}
     if found[0]:  # the sha again after: a checkpoint older than the field gets it from now on
-        state.update(ckpt.load(found[0][1], model, optim), tokenizer_sha256=tok["sha256"])
+        state.update(ckpt.load(found[0][1], model, optim), tokenizer_sha256=tok["sha256"], eos_id=tok["eos_id"])
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])  # scale and growth tracker: the run goes on as if never stopped
         elif scaler is not None and state.get("scale"):  # a checkpoint from before the scaler's state was saved
