@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 logging.basicConfig(level=logging.ERROR)  # Beam's import-time noise
 
+from tokenmill.data import PackedDataset, loader  # noqa: E402
 from tokenmill.trainer import data as D  # noqa: E402
 from tokenmill.transforms.shards import write_manifest, write_shard  # noqa: E402
 
@@ -95,10 +96,10 @@ def main() -> None:
                 pass
 
     ds = D.PackedWindows([stream], T, seed=0)
-    sampler = iter(D.RankBatches(0, B, 1, 0, 1))
+    batches = iter(PackedDataset(None, T, batch_size=B, windows=ds))
 
     def ours() -> int:
-        ds.__getitems__(next(sampler))
+        next(batches)
         return B * T
 
     flat = np.memmap(os.path.join(out, "flat.bin"), dtype=np.uint16, mode="r")
@@ -124,8 +125,7 @@ def main() -> None:
     print(f"  ratio tokenmill / memmap   {results['tokenmill loader'] / results['numpy memmap (baseline)']:8.2f}")
 
     if a.workers:
-        loader = D.train_loader(ds, D.RankBatches(0, B, 1, 0, 1), a.workers, 4, pin_memory=False)
-        it = iter(loader)
+        it = iter(loader(PackedDataset(None, T, batch_size=B, windows=ds), a.workers, 4, pin_memory=False))
 
         def through_loader() -> int:
             next(it)

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from trainer_helpers import EOS, make_output  # noqa: E402
 
 from tokenmill.cli import main  # noqa: E402
+from tokenmill.data import PackedDataset, loader  # noqa: E402
 from tokenmill.errors import UserError  # noqa: E402
 from tokenmill.trainer import data as D  # noqa: E402
 from tokenmill.trainer.config import load_train_config  # noqa: E402
@@ -137,8 +138,11 @@ def test_sample_order_is_a_pure_function_and_a_permutation_per_epoch(outputs):
     assert tokens.tolist() == ref.tolist()
 
 
-def _batches(ds, sampler, workers, n):
-    it = iter(D.train_loader(ds, sampler, workers, 2, pin_memory=False))
+def _batches(ds, workers, n, first=0, mb=3, rank=0, world=1):
+    """The trainer's loader: this rank's micro-batches in order."""
+    stream = PackedDataset(None, 32, seed=ds.seed, rank=rank, world=world, batch_size=mb, first_sample=first,
+                           windows=ds)
+    it = iter(loader(stream, workers, 2, pin_memory=False))
     return [next(it)["tokens"] for _ in range(n)]
 
 
@@ -146,24 +150,21 @@ def _batches(ds, sampler, workers, n):
 def test_loader_order_does_not_depend_on_workers(outputs):
     streams, _ = streams_of(outputs[0])
     ds = D.PackedWindows(streams, seq_len=32, seed=3)
-    sampler = D.RankBatches(first_sample=40, micro_batch=3, grad_accum=2, rank=0, world=1)
-    b0 = _batches(ds, sampler, 0, 12)
-    b2 = _batches(ds, sampler, 2, 12)
-    b3 = _batches(ds, sampler, 3, 12)
+    b0, b2, b3 = (_batches(ds, w, 12, first=40) for w in (0, 2, 3))
     assert all(torch.equal(x, y) and torch.equal(x, z) for x, y, z in zip(b0, b2, b3))
     # The same global samples, whatever the number of ranks: two ranks together see exactly
-    # the windows one rank sees in a step (same global batch of 6).
+    # the windows one rank sees in two micro-batches (same global batch of 6).
     one = torch.cat(b0[:2])
-    r0 = _batches(ds, D.RankBatches(40, 3, 1, 0, 2), 0, 1)[0]
-    r1 = _batches(ds, D.RankBatches(40, 3, 1, 1, 2), 2, 1)[0]
+    r0 = _batches(ds, 0, 1, first=40, rank=0, world=2)[0]
+    r1 = _batches(ds, 2, 1, first=40, rank=1, world=2)[0]
     assert torch.equal(torch.cat([r0, r1]), one)
 
 
 def test_resume_position_is_an_integer(outputs):
     streams, _ = streams_of(outputs[0])
     ds = D.PackedWindows(streams, seq_len=32, seed=3)
-    full = _batches(ds, D.RankBatches(0, 2, 1, 0, 1), 0, 10)
-    resumed = _batches(ds, D.RankBatches(2 * 6, 2, 1, 0, 1), 0, 4)  # 6 steps of 2 samples consumed
+    full = _batches(ds, 0, 10, mb=2)
+    resumed = _batches(ds, 0, 4, first=2 * 6, mb=2)  # 6 steps of 2 samples consumed
     assert all(torch.equal(a, b) for a, b in zip(full[6:], resumed))
 
 

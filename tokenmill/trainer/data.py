@@ -296,37 +296,6 @@ def document_positions(inputs: np.ndarray, eos_id: int) -> tuple[np.ndarray, np.
     return idx - starts, doc_ids
 
 
-class RankBatches:
-    """Batch sampler: this rank's micro-batches of global sample indices, from ``first_sample`` on,
-    forever. Global batch G = micro_batch * grad_accum * world."""
-
-    def __init__(self, first_sample: int, micro_batch: int, grad_accum: int, rank: int, world: int):
-        self.first, self.mb, self.accum, self.rank, self.world = first_sample, micro_batch, grad_accum, rank, world
-
-    def __iter__(self):
-        g = self.mb * self.accum * self.world
-        step = 0
-        while True:
-            base = self.first + step * g
-            for m in range(self.accum):
-                start = base + m * self.mb * self.world + self.rank * self.mb
-                yield list(range(start, start + self.mb))
-            step += 1
-
-
-def _first(batch):  # DataLoader collate: __getitems__ already built the batch
-    return batch
-
-
-def train_loader(dataset: PackedWindows, sampler: RankBatches, num_workers: int, prefetch_factor: int,
-                 pin_memory: bool):
-    from torch.utils.data import DataLoader
-
-    extra = {"prefetch_factor": prefetch_factor, "persistent_workers": True} if num_workers else {}
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=_first, num_workers=num_workers,
-                      pin_memory=pin_memory, **extra)
-
-
 # ---------------------------------------------------------------- validation
 
 

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from tokenmill.data import PackedDataset
+from tokenmill.data import loader as data_loader
 from tokenmill.errors import UserError
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
@@ -283,9 +285,11 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                      f"{d.device.type} ({'FSDP2' if wants_fsdp(d, cfg.parallel.shard_single_rank) else 'unsharded'}), "
                      f"{precision}, global batch {G} x {cfg.data.seq_len} tokens, peak lr {cfg.lr():g}, "
                      f"steps {state['step']} -> {cfg.train.steps}")
-    loader = D.train_loader(dataset, D.RankBatches(state["samples"], cfg.train.micro_batch, cfg.train.grad_accum,
-                                                   d.rank, d.world),
-                            cfg.data.num_workers, cfg.data.prefetch_factor, pin_memory=d.device.type == "cuda")
+    # Micro-batch j of this rank (step j // grad_accum) is a pure function of (seed, samples
+    # consumed at the start, j): the checkpoint's integer is the whole data state.
+    stream = PackedDataset(cfg.data.paths, cfg.data.seq_len, cfg.seed, d.rank, d.world, cfg.train.micro_batch,
+                           first_sample=state["samples"], windows=dataset)
+    loader = data_loader(stream, cfg.data.num_workers, cfg.data.prefetch_factor, pin_memory=d.device.type == "cuda")
     batches = iter(loader)
     saver = ckpt.Saver(cfg.checkpoint.async_save, d.main, cfg.checkpoint.keep)
     pending = PendingSteps(global_tokens)
