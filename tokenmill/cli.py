@@ -141,6 +141,13 @@ def cmd_generate(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def cmd_spikes(args: argparse.Namespace, _: list[str]) -> int:
+    from tokenmill.trainer.spikes import show
+
+    show(args.run, args.data, args.chars)
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace, _: list[str]) -> int:
     try:
         from tokenmill.trainer.compare import compare, print_table
@@ -223,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=50, help="0: the whole vocabulary")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("spikes", help="the loss spikes of a run, with the documents of their batches",
+                       allow_abbrev=False)
+    p.add_argument("run", metavar="RUN", help="a `tokenmill train` run folder")
+    p.add_argument("--data", required=True, metavar="OUT", help="the prepared output it trained on (its docs)")
+    p.add_argument("--chars", type=int, default=100, help="characters of each document's text to show")
+    p.set_defaults(func=cmd_spikes)
 
     p = sub.add_parser(
         "compare",

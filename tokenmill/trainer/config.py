@@ -104,6 +104,10 @@ class TrainConfig(_Section):
     # Non-finite loss or grad norm: the step is skipped; this many in a row stops the run.
     max_bad_steps: int = Field(default=20, ge=1)
     log_every: int = Field(default=10, ge=1)  # console progress line (metrics.jsonl gets every step)
+    # A step whose loss exceeds spike_factor x the median of the previous spike_window steps is
+    # logged to RUN/spikes.jsonl with its documents (`tokenmill spikes`); 0: off.
+    spike_factor: float = Field(default=1.5, ge=0)
+    spike_window: int = Field(default=50, ge=2)
 
 
 class OptimConfig(_Section):

@@ -86,6 +86,7 @@ class TokenStream:
     _seg_file: list[int] = field(default_factory=list)  # index in files of each segment's shard
     _maps: list = field(default_factory=list)  # the open pa.MemoryMappedFile of each shard
     _sizes: list[int] = field(default_factory=list)  # each shard's size when mapped
+    _batches: list = field(default_factory=list)  # each segment's record batch (ids, offsets)
     _n: int = 0
 
     def __getstate__(self):  # DataLoader workers (fork or spawn) reopen the maps themselves
@@ -97,23 +98,24 @@ class TokenStream:
     def _open(self) -> None:
         if self._pid == os.getpid():
             return
-        segments, starts, seg_file, maps, sizes, n = [], [], [], [], [], 0
+        segments, starts, seg_file, maps, sizes, batches, n = [], [], [], [], [], [], 0
         for f, path in enumerate(self.files):
             source = pa.memory_map(path, "r")
             maps.append(source)
             sizes.append(os.fstat(source.fileno()).st_size)
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
-                tokens = reader.get_batch(i).column("tokens")
-                values = tokens.values.to_numpy(zero_copy_only=True)
+                batch = reader.get_batch(i)
+                values = batch.column("tokens").values.to_numpy(zero_copy_only=True)
                 if not len(values):
                     continue
                 segments.append(values)
+                batches.append(batch)
                 starts.append(n)
                 seg_file.append(f)
                 n += len(values)
         self._segments, self._starts, self._seg_file, self._n = segments, starts, seg_file, n
-        self._maps, self._sizes, self._pid = maps, sizes, os.getpid()
+        self._maps, self._sizes, self._batches, self._pid = maps, sizes, batches, os.getpid()
 
     def __len__(self) -> int:
         self._open()
@@ -137,6 +139,24 @@ class TokenStream:
         """The shard that holds token ``pos`` of the stream."""
         self._open()
         return self.files[self._seg_file[bisect.bisect_right(self._starts, pos) - 1]]
+
+    def docs_in(self, start: int, stop: int) -> list[str]:
+        """Ids of the documents whose tokens overlap ``[start, stop)``, in stream order (the
+        shards' own offsets, memory-mapped: nothing is indexed up front)."""
+        self._open()
+        i = bisect.bisect_right(self._starts, start) - 1
+        ids: list[str] = []
+        while i < len(self._segments) and self._starts[i] < stop:
+            tokens = self._batches[i].column("tokens")
+            offsets = tokens.offsets.to_numpy() - tokens.offsets[0].as_py()
+            lo = max(start - self._starts[i], 0)
+            hi = min(stop - self._starts[i], len(self._segments[i]))
+            first = int(np.searchsorted(offsets, lo, side="right")) - 1
+            last = int(np.searchsorted(offsets, hi, side="left"))  # docs first .. last-1 overlap
+            column = self._batches[i].column("id")
+            ids.extend(column[d].as_py() for d in range(first, last))
+            i += 1
+        return ids
 
     def read(self, start: int, out: np.ndarray) -> None:
         """Copy tokens ``[start, start + len(out))`` into ``out`` (any integer dtype)."""
@@ -241,6 +261,11 @@ class PackedWindows:
 
     def __getitem__(self, g: int) -> dict:
         return {k: v[0] for k, v in self.batch([g]).items()}
+
+    def docs_of(self, g: int) -> list[str]:
+        """Ids of the documents global sample ``g``'s window is cut from."""
+        k, _, w = self.locate(g)
+        return self.streams[k].docs_in(w * self.seq_len, w * self.seq_len + self.seq_len + 1)
 
     def filler(self, n: int) -> dict:
         """A batch of ``n`` all-EOS windows: what a rank whose data failed computes on, to stay in

@@ -59,6 +59,8 @@ from tokenmill.trainer.preflight import (
     open_data,
     prepare_run_dir,
 )
+from tokenmill.trainer.spikes import FILE as SPIKES
+from tokenmill.trainer.spikes import SpikeLog
 
 # ---------------------------------------------------------------- pure pieces
 
@@ -266,7 +268,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
         elif scaler is not None and state.get("scale"):  # a checkpoint from before the scaler's state was saved
             scaler = torch.amp.GradScaler(d.device.type, init_scale=state["scale"])
     if d.main:  # lines a killed run logged past its last checkpoint are dropped
-        truncate_after(os.path.join(run_dir, "metrics.jsonl"), state["step"])
+        for name in ("metrics.jsonl", SPIKES):
+            truncate_after(os.path.join(run_dir, name), state["step"])
     metrics = Metrics(run_dir, d.main, cfg.metrics.tensorboard, cfg.train.steps, cfg.train.log_every)
     if found[0]:
         metrics.note(f"resumed from {found[0][1]} (step {state['step']}, {state['samples']:,} samples)")
@@ -293,6 +296,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     batches = iter(loader)
     saver = ckpt.Saver(cfg.checkpoint.async_save, d.main, cfg.checkpoint.keep)
     pending = PendingSteps(global_tokens)
+    spikes = SpikeLog(run_dir, d.main, cfg.train.spike_factor, cfg.train.spike_window, dataset.docs_of,
+                      cfg.data.seq_len, G)
     logged: list[dict] = []
     stop = _StopFlag()
     last_save = time.monotonic()
@@ -375,6 +380,10 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 state["skipped_steps"] += row["skipped"]
                 metrics.log(row)
                 logged.append(row)
+                spike = spikes.check(row)
+                if spike:
+                    metrics.note(f"loss spike at step {spike['step']}: {spike['loss']:.4f} vs median "
+                                 f"{spike['median']:.4f}, {len(spike['docs'])} document(s) in {SPIKES}")
                 if state["bad_in_row"] >= cfg.train.max_bad_steps:
                     hint = ", or use precision=bf16" if precision == "fp16" else ""
                     raise SharedError(f"{state['bad_in_row']} steps in a row had a non-finite loss or gradient norm "
