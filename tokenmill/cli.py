@@ -130,6 +130,19 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         raise UserError(f"{rank_prefix()}{e}") from None
 
 
+def cmd_export(args: argparse.Namespace, _: list[str]) -> int:
+    import time
+
+    from tokenmill.pipelines.export import export
+
+    t0 = time.perf_counter()
+    written = export(args.out, args.format, args.output)
+    dt = time.perf_counter() - t0
+    print(f"exported {args.out} as {args.format} -> {args.output}: {written / 2**20:,.1f} MB of tokens in {dt:.1f} s "
+          f"({written / 2**20 / max(dt, 1e-9):,.0f} MB/s)")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace, _: list[str]) -> int:
     try:
         from tokenmill.trainer.generate import generate
@@ -220,6 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="key=value",
                    help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("export", help="write the shards as Megatron .bin/.idx or nanoGPT train.bin/val.bin",
+                       allow_abbrev=False)
+    p.add_argument("out", metavar="OUT", help="a prepared output folder")
+    p.add_argument("--format", required=True, choices=["megatron", "nanogpt"])
+    p.add_argument("--output", required=True, metavar="DIR")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("generate", help="sample text from a trained run (newest checkpoint, else RUN/hf)",
                        allow_abbrev=False)

@@ -233,6 +233,8 @@ class ShardsConfig(Section):
     # Buckets = shards per split, and the finish phase's units of work. 0: from the input size,
     # about target_bytes of tokens each (at least 4). Fixed up front: it does not wait for totals.
     buckets: int = Field(default=0, ge=0, le=100_000)
+    # Also write the shards in these formats, under OUT/export/<format>/ (`tokenmill export`).
+    formats: list[Literal["megatron", "nanogpt"]] = []
 
 
 class ReportConfig(Section):

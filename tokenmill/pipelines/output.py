@@ -27,7 +27,7 @@ from tokenmill.errors import UserError
 # beside them (OUT = a project folder with its own docs/) are left alone.
 OWNED = ("manifest.json", "inputs.jsonl", "tokenizer.json", "report/report.json", "report/report.html",
          "report/samples/*.jsonl", "docs/kept-*.parquet", "docs/filtered-*.parquet", "docs/duplicates-*.parquet",
-         "shards/train-*.arrow", "shards/val-*.arrow")
+         "shards/train-*.arrow", "shards/val-*.arrow", "export/*/*")
 STAGE_PREFIX = ".tokenmill-stage-"
 OLD_PREFIX = ".tokenmill-old-"
 LOCK_NAME = ".tokenmill.lock"

@@ -17,6 +17,7 @@ from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
 from tokenmill.pipelines import launch, output, phases
+from tokenmill.pipelines.export import export as export_format
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, tokenize
@@ -62,6 +63,11 @@ def check_job(cfg: JobConfig) -> InputScan:
         tokenize.check_tokenizer(cfg.tokenize.tokenizer, cfg.tokenize.eos_token)
     if cfg.shards.enabled and not cfg.tokenize.enabled:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
+    if cfg.shards.formats and not cfg.shards.enabled:
+        raise UserError("shards.formats needs shards.enabled (the formats are written from the shards)")
+    if "nanogpt" in cfg.shards.formats and not cfg.tokenize.tokenizer and cfg.tokenize.vocab_size > 65536:
+        raise UserError(f"shards.formats: nanogpt reads uint16 ids and tokenize.vocab_size is "
+                        f"{cfg.tokenize.vocab_size:,}: use megatron, or a vocab of at most 65,536")
     return scan
 
 
@@ -197,6 +203,12 @@ def run(cfg: JobConfig, beam_args: list[str]) -> str:
                 raise KeyboardInterrupt from None
             raise launch.failure(e, cfg.output) from None
         output.discard(FileSystems.join(stage, TMP))  # the candidate files: never published
+        try:
+            for fmt in cfg.shards.formats if cfg.shards.enabled else []:
+                export_format(stage, fmt, FileSystems.join(stage, "export", fmt))
+        except BaseException:
+            output.discard(stage)
+            raise
         with launch.sigint_ignored():  # a Ctrl-C now would cut the renames short; the run is done
             output.publish(stage, cfg.output)
     return FileSystems.join(cfg.output, "report", "report.json")
