@@ -112,22 +112,35 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         from tokenmill.trainer.train import run
     except ImportError as e:
         raise UserError(f"the trainer needs torch: pip install 'tokenmill[train]' ({e})") from None
-    from tokenmill.trainer.parallel import SharedError
+    import signal
 
+    from tokenmill.trainer.parallel import SharedError
+    from tokenmill.trainer.train import rank_prefix
+
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         return run(cfg, args.run)
-    except SharedError:
+    except SharedError as e:
         # Every rank raised it together: one line from rank 0 says it for all.
         if int(os.environ.get("RANK", "0")) != 0:
             time.sleep(2)  # torchrun kills the other ranks when one exits: let rank 0 print first
             return 2
-        raise
+        print(f"tokenmill: error: {e}", file=sys.stderr, flush=True)
+        return 2
     except UserError as e:
         # This rank's own error (an OOM, a failed write, a lost peer): every rank prints its
         # own line, saying whose it is.
-        from tokenmill.trainer.train import rank_prefix
+        print(f"tokenmill: error: {rank_prefix()}{e}", file=sys.stderr, flush=True)
+        return 2
+    finally:  # after a failure the trainer ignores SIGTERM until the line above is out
+        if sigterm is not None and threading_main():
+            signal.signal(signal.SIGTERM, sigterm)
 
-        raise UserError(f"{rank_prefix()}{e}") from None
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def cmd_export(args: argparse.Namespace, _: list[str]) -> int:

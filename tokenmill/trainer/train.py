@@ -167,9 +167,12 @@ class _StopFlag:
             os._exit(143)
         self.set = True
 
-    def restore(self):
+    def restore(self, failed: bool = False):
+        """Back to the previous handler; after a failure, SIGTERM is ignored instead: torchrun
+        sends it to every rank as soon as one fails, and the default action would kill this
+        rank before it prints its own error line (the CLI restores the handler after that)."""
         if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if failed else self._old)
 
 
 def _main_thread() -> bool:
@@ -302,6 +305,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     stop = _StopFlag()
     last_save = time.monotonic()
     step = start_step = state["step"]
+    failed = True
     set_train_timeout(cfg.parallel.train_timeout_s)
     if cfg.parallel.gc_every:  # collections at the same steps on every rank, not whenever one rank's heap says so
         gc.collect()
@@ -403,8 +407,10 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
             if stop_flag:
                 saver.wait()
                 metrics.note(f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same command to resume")
+                failed = False
                 return 143
         saver.wait()
+        failed = False
     except torch.OutOfMemoryError:
         raise UserError(oom_message(cfg, step + 1)) from None
     except (RuntimeError, OSError) as e:
@@ -417,7 +423,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     finally:
         if cfg.parallel.gc_every:
             gc.enable()
-        stop.restore()
+        stop.restore(failed)
         metrics.close()
         del batches, loader  # stops the DataLoader workers
 
