@@ -46,11 +46,18 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         if not args.output.strip():
             raise UserError("--output: an empty path")
         cfg.output = args.output
-    console = Console(stderr=True)
-    from tokenmill.pipelines import prepare
+    from tokenmill.pipelines import launch, prepare, progress
 
-    with console.status(f"tokenmill prepare: {len(cfg.inputs)} input(s) -> {cfg.output}"):
-        report_path = prepare.run(cfg, beam_args)
+    options, _ = launch.beam_options(beam_args)
+    display = None
+    if args.quiet:
+        pass
+    elif launch.is_local(options):
+        # The live line only on a terminal: redirected to a file it would be noise.
+        display = progress.Display() if sys.stdout.isatty() and sys.stderr.isatty() else None
+    else:
+        _announce_remote(options)
+    report_path = prepare.run(cfg, beam_args, display)
     if cfg.report.enabled:
         _print_report(report_path, Console())
     else:
@@ -91,6 +98,22 @@ def cmd_inspect(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.pipelines.inspect import inspect_output
 
     return inspect_output(args.out.rstrip("/"), args.docs)
+
+
+def _announce_remote(options) -> None:
+    """A remote runner's job is watched where it runs: say so, and let the runner's own lines
+    with the job id and console URL through (tokenmill otherwise silences Beam's logging)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = str(options.view_as(StandardOptions).runner)
+    print(f"tokenmill prepare: submitting to {runner}; the job id and where to watch it follow", file=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("apache_beam.runners.dataflow", "apache_beam.runners.portability.portable_runner"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
@@ -204,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", metavar="PATH_OR_GLOB",
                    help="file, folder or glob; repeatable (default: the bundled sample corpus)")
     p.add_argument("--output", metavar="DIR", help="output directory (default: ./out)")
+    p.add_argument("--quiet", action="store_true", help="no live progress line")
     p.add_argument("--config", metavar="job.yaml", help="job config file")
     p.add_argument("--set", action="append", default=[], metavar="section.key=value",
                    help="override one config value (YAML syntax), repeatable")

@@ -49,6 +49,21 @@ def beam_options(beam_args: list[str]) -> tuple[PipelineOptions, PipelineRunner]
     return options, _local_workers(options, runner)
 
 
+LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
+
+
+def is_local(options: PipelineOptions) -> bool:
+    """Whether the job's workers run on this machine (in-process, subprocesses, an embedded job
+    server, a worker pool on localhost): only then can the launcher read their progress files."""
+    name = str(options.view_as(StandardOptions).runner or "FnApiRunner").rsplit(".", 1)[-1]
+    if name in LOCAL_RUNNERS:
+        return True
+    if name == "PortableRunner":
+        endpoint = options.get_all_options(retain_unknown_options=True).get("job_endpoint") or ""
+        return endpoint == "embed" or endpoint.startswith(("localhost", "127.0.0.1", "[::1]"))
+    return False
+
+
 def _chain(e: BaseException) -> list[BaseException]:
     chain, cause = [e], e
     while (cause := cause.__cause__ or cause.__context__) is not None and len(chain) < 20:

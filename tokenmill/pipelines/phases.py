@@ -16,6 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import TaggedOutput
 
 from tokenmill.config import JobConfig
+from tokenmill.pipelines.progress import reporter
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of
 from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook
@@ -39,17 +40,21 @@ class StashFn(beam.DoFn):
     that every docs Parquet file is written by its bucket, sorted by id: the same bytes on
     every runner."""
 
-    def __init__(self, cfg: JobConfig, out: str, buckets: int, sample: bool):
+    def __init__(self, cfg: JobConfig, out: str, buckets: int, sample: bool, progress: str | None = None):
         self._cfg, self._folder, self._buckets, self._sample = cfg, candidates_folder(out), buckets, sample
+        self._progress_folder = progress
 
     def setup(self):
         self._recorder = Recorder(self._cfg.dedup) if self._cfg.dedup.enabled else None
 
     def start_bundle(self):
         self._writer = CandidateWriter(self._folder)
+        self._progress = reporter(self._progress_folder)
 
     def process(self, doc):
         live = not docmod.is_dropped(doc)
+        if self._progress:
+            self._progress.add(passed=int(live), filtered=int(not live))
         node = self._recorder(doc) if self._recorder and live else None
         if node is not None:
             yield TaggedOutput(NODES, node)
@@ -62,6 +67,13 @@ class StashFn(beam.DoFn):
 
     def finish_bundle(self):
         self._writer.close()
+        if self._progress:
+            self._progress.flush()
+
+
+def progress_folder(out: str) -> str:
+    """Where the workers' progress files go: the stage's temporary folder, never published."""
+    return FileSystems.join(out, TMP, "progress")
 
 
 def _tie(doc: dict) -> int:
@@ -150,8 +162,9 @@ class FinishFn(beam.DoFn):
     shards; every document comes out (main, for the report) and every shard's manifest entry
     ('shards'). The tokenizer JSON comes as a side input when tokenizing."""
 
-    def __init__(self, cfg: JobConfig, out: str, buckets: int, schema):
+    def __init__(self, cfg: JobConfig, out: str, buckets: int, schema, progress: str | None = None):
         self._cfg, self._out, self._buckets, self._schema = cfg, out, buckets, schema
+        self._progress_folder = progress
         self._encoder: Encoder | None = None
 
     def _encoder_for(self, tok_json: str | None) -> Encoder | None:
@@ -174,9 +187,19 @@ class FinishFn(beam.DoFn):
             name = f"{branch}-{bucket:05d}-of-{self._buckets:05d}.parquet"
             return docmod.DocsFile(FileSystems.join(self._out, "docs", name), self._schema)
 
+        progress = reporter(self._progress_folder)
         try:
             for tag, value in finish_bucket((v for t, v in items if t == LOCATOR), (v for t, v in items if t == VERDICT),
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size):
-                yield TaggedOutput(tag, value) if tag == SHARDS else value
+                if tag == SHARDS:
+                    yield TaggedOutput(tag, value)
+                    continue
+                if progress:
+                    dropped = value.get("dropped_by") or ""
+                    progress.add(kept=int(not dropped), duplicates=int(dropped.startswith("dedup:")))
+                yield value
         finally:
             reader.close()
+        if progress:
+            progress.add(buckets=1)
+            progress.flush()

@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
-from tokenmill.pipelines import launch, output, phases
+from tokenmill.pipelines import launch, output, phases, progress
 from tokenmill.pipelines.export import export as export_format
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
@@ -29,6 +29,7 @@ from tokenmill.transforms.normalize import NormalizeFn
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
+from tokenmill.transforms.readers.tasks import Unit, files_in
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.stage import count
 
@@ -36,8 +37,11 @@ INPUT_LIST = "inputs.jsonl"
 
 
 class ReadFn(beam.DoFn):
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, progress_to: str | None = None):
+        self.cfg, self._progress_folder = cfg, progress_to
+
+    def start_bundle(self):
+        self._progress = progress.reporter(self._progress_folder)
 
     def process(self, task):
         if isinstance(task, dict):  # a dropped doc from planning a big file (an unreadable footer)
@@ -48,7 +52,15 @@ class ReadFn(beam.DoFn):
             count("read.records")  # every row the docs Parquet will hold, dropped ones too
             if d.get("dropped_by"):
                 count(f"dropped.{d['dropped_by']}")
+            if self._progress:
+                self._progress.add(read=1)
             yield d
+        if self._progress:  # the task's bytes once it is read (a task is a file, or a unit of one)
+            self._progress.add(bytes=task.size() if isinstance(task, Unit) else sum(f.size for f in files_in(task)))
+
+    def finish_bundle(self):
+        if self._progress:
+            self._progress.flush()
 
 
 def check_job(cfg: JobConfig) -> InputScan:
@@ -71,8 +83,10 @@ def check_job(cfg: JobConfig) -> InputScan:
     return scan
 
 
-def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = None) -> None:
-    """The job's graph, writing under ``out`` (default: the configured output folder)."""
+def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = None,
+          progress_to: str | None = None) -> None:
+    """The job's graph, writing under ``out`` (default: the configured output folder);
+    ``progress_to``: the folder the workers write their progress counts to (None: they don't)."""
     out = out or cfg.output
     tasks = write_input_list(scan.files, FileSystems.join(out, INPUT_LIST), cfg.read)
     docs = (
@@ -82,7 +96,7 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = N
         # Tasks fan out to all workers here: without it the runner may fuse planning and
         # reading, and one big file would again be one worker's job.
         | "Spread" >> beam.Reshuffle()
-        | "Read" >> beam.ParDo(ReadFn(cfg.read))
+        | "Read" >> beam.ParDo(ReadFn(cfg.read, progress_to))
         | "Extract" >> beam.ParDo(ExtractFn(cfg.extract))
     )
     stages = ["read", "extract"]
@@ -106,7 +120,7 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = N
     # all in memory, cluster runners ship them.
     buckets = bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets)
     t = cfg.tokenize
-    stashed = docs | "Stash" >> beam.ParDo(StashFn(cfg, out, buckets, t.enabled and not t.tokenizer)).with_outputs(
+    stashed = docs | "Stash" >> beam.ParDo(StashFn(cfg, out, buckets, t.enabled and not t.tokenizer, progress_to)).with_outputs(
         phases.NODES, phases.SAMPLE, main="located")
     by_bucket = [stashed.located]
     dedup_stats = None
@@ -127,7 +141,7 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = N
         by_bucket
         | "BucketRecords" >> beam.Flatten()
         | "Buckets" >> beam.GroupByKey()
-        | "Finish" >> beam.ParDo(FinishFn(cfg, out, buckets, docmod.docs_schema(extra_fields)), **side).with_outputs(
+        | "Finish" >> beam.ParDo(FinishFn(cfg, out, buckets, docmod.docs_schema(extra_fields), progress_to), **side).with_outputs(
             phases.SHARDS, main="docs")
     )
     if t.enabled and cfg.shards.enabled:
@@ -184,16 +198,21 @@ def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
          | "Manifest" >> beam.Map(manifest, tok=beam.pvalue.AsSingleton(tok_info)))
 
 
-def run(cfg: JobConfig, beam_args: list[str]) -> str:
-    """Run the job into a stage folder and publish it when it succeeds; returns report.json's path."""
+def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None = None) -> str:
+    """Run the job into a stage folder and publish it when it succeeds; returns report.json's path.
+    ``display``: draws the live progress line while the pipeline runs (local runners only)."""
     scan = check_job(cfg)
     options, runner = launch.beam_options(beam_args)
     with output.locked(cfg.output):
         output.remove_leftovers(cfg.output)
         stage = output.new_stage(cfg.output)
+        progress_to = phases.progress_folder(stage) if display is not None and "://" not in stage else None
+        if progress_to:
+            display.start(progress_to, sum(f.size for f in scan.files),
+                          bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets))
         try:
             with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
-                build(p, cfg, scan, stage)
+                build(p, cfg, scan, stage, progress_to)
         except (UserError, KeyboardInterrupt):
             output.discard(stage)
             raise
@@ -202,6 +221,9 @@ def run(cfg: JobConfig, beam_args: list[str]) -> str:
             if launch.interrupted(e):
                 raise KeyboardInterrupt from None
             raise launch.failure(e, cfg.output) from None
+        finally:
+            if progress_to:
+                display.stop()
         output.discard(FileSystems.join(stage, TMP))  # the candidate files: never published
         try:
             for fmt in cfg.shards.formats if cfg.shards.enabled else []:

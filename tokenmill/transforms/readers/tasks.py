@@ -25,6 +25,10 @@ class Unit:
     start: int = 0  # byte offset (jsonl) or first row group (parquet)
     end: int | None = None  # exclusive; None = to the end
     first_row: int = 0  # parquet: index of the first row of ``start``
+    nbytes: int = -1  # the share of the file's bytes this unit reads (progress); -1: all of it
+
+    def size(self) -> int:
+        return self.file.size if self.nbytes < 0 else self.nbytes
 
 
 def plan_units(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
@@ -40,7 +44,7 @@ def plan_units(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
         return
     if fmt == "jsonl" and _compression(f.rel) is None and f.size > cfg.split_bytes:
         for start in range(0, f.size, cfg.split_bytes):
-            yield Unit(f, fmt, start, min(start + cfg.split_bytes, f.size))
+            yield Unit(f, fmt, start, min(start + cfg.split_bytes, f.size), nbytes=min(cfg.split_bytes, f.size - start))
         return
     if fmt == "parquet":
         yield from _plan_parquet(f, cfg)
@@ -60,14 +64,19 @@ def _plan_parquet(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
     if meta.num_rows == 0:  # a valid file without a record: one row says so
         yield new_doc(f.rel, f.path, dropped_by="read:empty_file")
         return
-    # Group consecutive row groups into units of about split_bytes.
-    start, row, first_row, acc = 0, 0, 0, 0
+    # Group consecutive row groups into units of about split_bytes; each stands for its share of
+    # the file's bytes (the shares add up to the file's size exactly).
+    total = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
+    start, row, first_row, acc, done, credited = 0, 0, 0, 0, 0, 0
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         acc += rg.total_byte_size
         row += rg.num_rows
         if acc >= cfg.split_bytes or i == meta.num_row_groups - 1:
-            yield Unit(f, "parquet", start, i + 1, first_row)
+            done += acc
+            share = f.size * done // total - credited
+            credited += share
+            yield Unit(f, "parquet", start, i + 1, first_row, nbytes=share)
             start, first_row, acc = i + 1, row, 0
 
 

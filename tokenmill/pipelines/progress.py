@@ -1,0 +1,149 @@
+"""Live progress of a local ``prepare``: one line, redrawn every second, in every local mode.
+
+Beam reports a worker's counters to the runner only when a bundle ends, and in
+multi_processing mode the launcher sees them only at the end of the job. So each worker
+process keeps its own running counts (``Reporter``) and writes them, at most once a second
+and at the end of every bundle, to a small JSON file of its own in the run's stage folder
+(``.tmp/progress/``, never published). The launcher sums the files (``read_totals``) and draws
+the line (``Display``). The whole cost is one tiny file write per worker per second.
+
+On a remote runner the folder is not on this machine: no line is drawn, and the CLI prints the
+job id instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+
+KEYS = ("bytes", "read", "filtered", "passed", "kept", "duplicates", "buckets")
+INTERVAL = 1.0  # seconds between a worker's writes, and between redraws
+
+
+class Reporter:
+    """A worker process's running counts, written to its own file (atomically: temp + rename)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.path = os.path.join(folder, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+        self.counts: Counter = Counter()
+        self._last = 0.0
+        self._lock = threading.Lock()  # a worker may run several bundles on threads
+
+    def add(self, **n: int) -> None:
+        with self._lock:
+            self.counts.update(n)
+            if time.monotonic() - self._last >= INTERVAL:
+                self._write()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write()
+
+    def _write(self) -> None:
+        self._last = time.monotonic()
+        tmp = f"{self.path}.tmp"
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(dict(self.counts), fh)
+            os.replace(tmp, self.path)
+        except OSError:  # progress is best effort: never a reason for a job to fail
+            pass
+
+
+_REPORTERS: dict[str, Reporter] = {}
+_REPORTERS_LOCK = threading.Lock()
+
+
+def reporter(folder: str | None) -> Reporter | None:
+    """This process's reporter for ``folder`` (one file per process, shared by its DoFns);
+    None when there is no local folder to report to."""
+    if not folder or "://" in folder:
+        return None
+    with _REPORTERS_LOCK:
+        if folder not in _REPORTERS:
+            _REPORTERS[folder] = Reporter(folder)
+        return _REPORTERS[folder]
+
+
+def read_totals(folder: str) -> Counter:
+    """The sum of every worker's last written counts."""
+    totals: Counter = Counter()
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".json")]
+    except OSError:
+        return totals
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                totals.update(json.load(fh))
+        except (OSError, ValueError):  # being replaced right now: next time
+            pass
+    return totals
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def progress_line(t: Counter, total_bytes: int, buckets: int, elapsed: float) -> str:
+    """The line the launcher draws (a pure function of the totals, for tests)."""
+    read_mb, total_mb = t["bytes"] / 2**20, total_bytes / 2**20
+    frac = t["bytes"] / total_bytes if total_bytes else 0.0
+    rate = t["read"] / elapsed if elapsed > 0 else 0.0
+    parts = [f"read {read_mb:,.1f} of {total_mb:,.1f} MB ({100 * frac:.0f}%)", f"{t['read']:,} docs ({rate:,.0f}/s)",
+             f"filtered {t['filtered']:,}"]
+    if t["buckets"]:
+        parts.append(f"kept {t['kept']:,}, duplicates {t['duplicates']:,} ({t['buckets']}/{buckets} buckets written)")
+    elif frac >= 1.0:
+        parts.append(f"{t['passed']:,} passed cleaning; deduplicating")
+    parts.append(f"{_clock(elapsed)} elapsed")
+    if 0 < frac < 1.0:
+        parts.append(f"ETA {_clock(elapsed * (1 - frac) / frac)} to read")
+    return " | ".join(parts)
+
+
+class Display:
+    """Redraws the progress line on stderr (rich) from a thread, while the pipeline runs."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        self.folder: str | None = None
+        self.total_bytes, self.buckets = 0, 0
+        self.totals: Counter = Counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, folder: str, total_bytes: int, buckets: int) -> None:
+        self.folder, self.total_bytes, self.buckets = folder, total_bytes, buckets
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="tokenmill-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from rich.live import Live
+        from rich.text import Text
+
+        with Live(Text(""), console=self.console, refresh_per_second=2, transient=True) as live:
+            while not self._stop.wait(INTERVAL):
+                self.totals = read_totals(self.folder)
+                line = progress_line(self.totals, self.total_bytes, self.buckets, time.monotonic() - self._t0)
+                live.update(Text(line, no_wrap=True, overflow="ellipsis"))
+
+    def stop(self) -> None:
+        """Stops drawing, with the final totals read once more (the folder must still exist)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self.totals = read_totals(self.folder)
+        self._thread = None
