@@ -11,7 +11,7 @@ import pytest
 from conftest import by_id, run_prepare, shared
 
 from tokenmill.config import load_config
-from tokenmill.pipelines import prepare
+from tokenmill.pipelines import output, prepare
 from tokenmill.pipelines.inspect import inspect_output
 from tokenmill.transforms.doc import docs_schema
 
@@ -161,9 +161,10 @@ def test_beam_metrics_count_stages_and_reasons(tmp_path):
     cfg = load_config(overrides=[f"output={tmp_path / 'out'}"])
     cfg.inputs = [str(src)]
     p = beam.Pipeline()
-    prepare.build(p, cfg, prepare.check_job(cfg))
+    prepare.build(p, cfg, prepare.check_job(cfg), cfg.output)
     result = p.run()
     result.wait_until_finish()
+    output.discard(str(tmp_path / "out" / ".tmp"))  # what run() does after the graph
     counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
     assert counters["read.records"] == 2
     assert counters["dropped.read:invalid_json"] == 1

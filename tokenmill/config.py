@@ -221,8 +221,12 @@ class TokenizeConfig(Section):
     kind: Literal["bpe", "wordpiece", "unigram"] = "bpe"
     vocab_size: int = Field(default=32_000, gt=256, lt=2**32)
     min_frequency: int = Field(default=2, ge=1)
-    train_docs: int = Field(default=20_000, gt=0)  # the sample: this many docs, chosen by a hash of their id
-    train_max_chars: int = Field(default=20_000, gt=0)  # of each sampled doc
+    # The training sample: the documents with the smallest hash of their id, up to train_docs of
+    # them and train_chars characters in all (what a worker holds while it trains), each cut to
+    # train_max_chars; exact copies of a text count once.
+    train_docs: int = Field(default=20_000, gt=0)
+    train_chars: int = Field(default=50_000_000, gt=0)
+    train_max_chars: int = Field(default=20_000, gt=0)
     batch_size: int = Field(default=512, gt=0)  # documents per encode_batch call
 
 

@@ -137,20 +137,25 @@ def finish_bucket(
         batch.clear()
         return out
 
-    for loc in sorted(locators, key=lambda lc: (lc.id, lc.tie, lc.key or b"")):
-        doc = docmod.unpack(reader.read(loc))
-        if docmod.is_dropped(doc):  # by a clean-phase stage
-            yield write(FILTERED, doc)
-            continue
-        if docmod.is_dropped(book.apply(doc, loc.key)):
-            count(f"dropped.{doc['dropped_by']}")
-            yield write(DUPLICATES, doc)
-            continue
-        batch.append(doc)
-        if len(batch) >= batch_size:
+    try:
+        for loc in sorted(locators, key=lambda lc: (lc.id, lc.tie, lc.key or b"")):
+            doc = docmod.unpack(reader.read(loc))
+            if docmod.is_dropped(doc):  # by a clean-phase stage
+                yield write(FILTERED, doc)
+                continue
+            if docmod.is_dropped(book.apply(doc, loc.key)):
+                count(f"dropped.{doc['dropped_by']}")
+                yield write(DUPLICATES, doc)
+                continue
+            batch.append(doc)
+            if len(batch) >= batch_size:
+                yield from flush()
+        if batch:
             yield from flush()
-    if batch:
-        yield from flush()
+    except BaseException:  # a failed (or abandoned) bucket leaves no temporary file behind
+        for writer in [*files.values(), *shards.values()]:
+            writer.abandon()
+        raise
     for branch in sorted(files):
         files[branch].close()
     for split in sorted(shards):

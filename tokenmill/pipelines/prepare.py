@@ -83,11 +83,11 @@ def check_job(cfg: JobConfig) -> InputScan:
     return scan
 
 
-def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str | None = None,
-          progress_to: str | None = None) -> None:
-    """The job's graph, writing under ``out`` (default: the configured output folder);
-    ``progress_to``: the folder the workers write their progress counts to (None: they don't)."""
-    out = out or cfg.output
+def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_to: str | None = None) -> None:
+    """The job's graph, writing under ``out`` (run() gives it a stage folder, published once the
+    job succeeds). The candidate files go to ``out``/.tmp, which the caller removes afterwards
+    (run() does); ``progress_to``: the folder the workers write their progress counts to (None:
+    they don't)."""
     tasks = write_input_list(scan.files, FileSystems.join(out, INPUT_LIST), cfg.read)
     docs = (
         p
@@ -178,8 +178,8 @@ def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):
         shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer).encode("utf-8"))
         return p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
             tokenize.read_tokenizer_json)
-    tok_json = samples | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.vocab_size, t.kind,
-                                                                     t.min_frequency)
+    tok_json = samples | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_chars, t.vocab_size,
+                                                                     t.kind, t.min_frequency)
     _ = tok_json | "WriteTokenizer" >> beam.Map(lambda js: shards.write_atomically(tok_path, js.encode("utf-8")))
     return tok_json
 

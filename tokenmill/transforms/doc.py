@@ -10,11 +10,11 @@ hint from HTTP headers or the file).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import pickle
 import re
 import threading
-import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -171,11 +171,10 @@ class DocsFile:
     Written under a temporary name and renamed on ``close``."""
 
     def __init__(self, path: str, schema: pa.Schema, row_group_bytes: int = 8 << 20):
-        from apache_beam.io.filesystems import FileSystems
+        from tokenmill.transforms.tempfile import TempFile
 
-        self._path, self._tmp = path, f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        self._fh = FileSystems.create(self._tmp)
-        self._writer = pq.ParquetWriter(self._fh, schema, compression="zstd")
+        self._file = TempFile(path)
+        self._writer = pq.ParquetWriter(self._file.fh, schema, compression="zstd")
         self._schema, self._limit = schema, row_group_bytes
         self._rows: list[dict[str, Any]] = []
         self._bytes = 0
@@ -191,12 +190,12 @@ class DocsFile:
             self._writer.write_table(pa.Table.from_pylist(self._rows, schema=self._schema))
         self._rows, self._bytes = [], 0
 
-    def close(self) -> None:
-        from apache_beam.io.filesystems import FileSystems
+    def abandon(self) -> None:
+        with contextlib.suppress(Exception):  # its footer goes to a file about to be deleted
+            self._writer.close()
+        self._file.abandon()
 
+    def close(self) -> None:
         self._flush()
         self._writer.close()
-        self._fh.close()
-        if FileSystems.exists(self._path):  # a retried bundle: the earlier attempt wrote the same rows
-            FileSystems.delete([self._path])
-        FileSystems.rename([self._tmp], [self._path])
+        self._file.commit()

@@ -12,14 +12,16 @@ every shard, so a crashed run never leaves an output that looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import uuid
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
+
+from tokenmill.transforms.tempfile import TempFile
 
 FORMAT_VERSION = 1
 SPLITS = ("train", "val")
@@ -126,31 +128,34 @@ class ShardFile:
 
     def __init__(self, out: str, split: str, index: int, count: int, schema: pa.Schema, batch_tokens: int):
         self.split, self.name = split, shard_name(split, index, count)
-        self._path = FileSystems.join(out, "shards", self.name)
-        self._tmp = f"{self._path}.tmp-{uuid.uuid4().hex[:8]}"
-        self._sink = _HashingSink(FileSystems.create(self._tmp))
+        self._file = TempFile(FileSystems.join(out, "shards", self.name))
+        self._sink = _HashingSink(self._file.fh)
         self._writer = ShardWriter(pa.PythonFile(self._sink, mode="w"), schema, batch_tokens)
 
     def add(self, doc_id: str, tokens: np.ndarray) -> None:
         self._writer.add(doc_id, tokens)
 
+    def abandon(self) -> None:
+        with contextlib.suppress(Exception):  # its footer goes to a file about to be deleted
+            self._writer.close()
+        self._file.abandon()
+
     def close(self) -> dict[str, Any]:
         self._writer.close()
         self._sink.close()
-        if FileSystems.exists(self._path):  # a retried bundle: the earlier attempt wrote the same bytes
-            FileSystems.delete([self._path])
-        FileSystems.rename([self._tmp], [self._path])
+        self._file.commit()
         return {"split": self.split, "file": f"shards/{self.name}", "docs": self._writer.docs,
                 "tokens": self._writer.tokens, "bytes": self._sink.size, "sha256": self._sink.sha.hexdigest()}
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with FileSystems.create(tmp) as fh:
-        fh.write(data)
-    if FileSystems.exists(path):  # a retried bundle: the earlier attempt wrote the same bytes
-        FileSystems.delete([path])
-    FileSystems.rename([tmp], [path])
+    f = TempFile(path)
+    try:
+        f.fh.write(data)
+    except BaseException:
+        f.abandon()
+        raise
+    f.commit()
 
 
 def write_shard(key: tuple[str, int, int], rows: list[tuple[str, np.ndarray]], out: str, dtype: str,

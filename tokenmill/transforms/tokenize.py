@@ -176,22 +176,76 @@ def sample_key(doc: dict) -> tuple[bytes, str]:
     return hashlib.blake2b(str(doc["id"]).encode("utf-8"), digest_size=8).digest(), doc["id"]
 
 
-class TrainOnSample(beam.PTransform):
-    """(sample_key, text) pairs -> the ``n_docs`` smallest keys -> one trained tokenizer JSON
-    string. A lifted combine: each worker keeps only its ``n_docs`` smallest, so the sample is
-    bounded whatever the corpus."""
+def sample_prefix(items: list[tuple[Any, str]], max_docs: int, max_chars: int) -> list[tuple[Any, str]]:
+    """The longest smallest-key prefix of (key, text) items with at most ``max_docs`` items and
+    ``max_chars`` characters (at least one item). Every item of the whole corpus's prefix is in
+    its own part's prefix, so prefixes of parts, merged and cut again, give the same sample in
+    any order: a runner's bundling cannot change the tokenizer."""
+    items = sorted(items)
+    total = 0
+    for i, (_, text) in enumerate(items[:max_docs]):
+        total += len(text)
+        if total > max_chars and i > 0:
+            return items[:i]
+    return items[:max_docs]
 
-    def __init__(self, n_docs: int, vocab_size: int, kind: str, min_frequency: int):
+
+def unique_texts(sample: list[tuple[Any, str]]) -> list[str]:
+    """The sample's texts in key order, each exact copy once (the sample is drawn before dedup)."""
+    seen: set[bytes] = set()
+    texts = []
+    for _, text in sorted(sample):
+        h = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        if h not in seen:
+            seen.add(h)
+            texts.append(text)
+    return texts
+
+
+class SampleFn(beam.CombineFn):
+    """A lifted combine over (key, text): each worker keeps only its own bounded prefix."""
+
+    def __init__(self, max_docs: int, max_chars: int):
+        self.max_docs, self.max_chars = max_docs, max_chars
+
+    def create_accumulator(self):
+        return {"items": [], "chars": 0}
+
+    def _cut(self, acc):
+        acc["items"] = sample_prefix(acc["items"], self.max_docs, self.max_chars)
+        acc["chars"] = sum(len(t) for _, t in acc["items"])
+        return acc
+
+    def add_input(self, acc, item):
+        acc["items"].append(item)
+        acc["chars"] += len(item[1])
+        # Cut back at 2x the documents or 1.25x the characters: a sort per many items, not per item.
+        if len(acc["items"]) >= 2 * self.max_docs or acc["chars"] >= 1.25 * self.max_chars:
+            self._cut(acc)
+        return acc
+
+    def merge_accumulators(self, accs):
+        return self._cut({"items": [i for a in accs for i in a["items"]], "chars": 0})
+
+    def extract_output(self, acc):
+        return sample_prefix(acc["items"], self.max_docs, self.max_chars)
+
+
+class TrainOnSample(beam.PTransform):
+    """(sample_key, text) pairs -> a bounded sample (``n_docs`` documents and ``n_chars``
+    characters at most, smallest keys first) -> one trained tokenizer JSON string."""
+
+    def __init__(self, n_docs: int, n_chars: int, vocab_size: int, kind: str, min_frequency: int):
         super().__init__()
-        self.n_docs, self.vocab_size, self.kind, self.min_frequency = n_docs, vocab_size, kind, min_frequency
+        self.n_docs, self.n_chars = n_docs, n_chars
+        self.vocab_size, self.kind, self.min_frequency = vocab_size, kind, min_frequency
 
     def expand(self, samples):
         return (
             samples
-            | "Smallest" >> beam.combiners.Top.Smallest(self.n_docs)
+            | "Sample" >> beam.CombineGlobally(SampleFn(self.n_docs, self.n_chars))
             | "Train" >> beam.Map(self._train)
         )
 
     def _train(self, sample: list) -> str:
-        texts = [t for _, t in sorted(sample)]
-        return train_tokenizer(texts, self.vocab_size, self.kind, self.min_frequency).to_str()
+        return train_tokenizer(unique_texts(sample), self.vocab_size, self.kind, self.min_frequency).to_str()

@@ -1,0 +1,66 @@
+"""finish_bucket, the finish phase's pure core, without Beam: a bucket's documents come back in
+id order into its docs files and shards; a bucket that fails half-way (a candidate file gone)
+leaves neither a final file nor a temporary one behind."""
+
+import glob
+import os
+
+import pytest
+
+from tokenmill.pipelines.phases import ShardOpener, _tie, finish_bucket
+from tokenmill.transforms import doc as docmod
+from tokenmill.transforms.buckets import CandidateReader, CandidateWriter, Locator
+from tokenmill.transforms.tokenize import Encoder, train_tokenizer
+
+
+def stash(tmp_path, n: int = 40):
+    """n documents written the way the Stash step writes them; small files, so there are several."""
+    writer = CandidateWriter(str(tmp_path / "candidates"), roll_bytes=2_000)
+    locators, docs = [], []
+    for i in reversed(range(n)):
+        d = docmod.new_doc(f"doc-{i:03d}", f"https://example.com/{i}", text=f"document number {i} " * 20)
+        frame = docmod.pack(d)
+        file, offset = writer.add(frame)
+        locators.append(Locator(d["id"], _tie(d), None, file, offset, len(frame)))
+        docs.append(d)
+    writer.close()
+    return locators, docs
+
+
+def run(tmp_path, locators, docs):
+    out = tmp_path / "out"
+    tok = train_tokenizer([d["text"] for d in docs], vocab_size=300, min_frequency=1)
+    encoder = Encoder(tok.to_str(), None)
+    opener = ShardOpener(str(out), 0, 1, encoder, 0.1, 1 << 10)
+    schema = docmod.docs_schema()
+
+    def docs_file(branch):
+        return docmod.DocsFile(str(out / "docs" / f"{branch}-00000-of-00001.parquet"), schema)
+
+    reader = CandidateReader()
+    try:
+        return out, list(finish_bucket(locators, [], reader, encoder, opener, docs_file, batch_size=7))
+    finally:
+        reader.close()
+
+
+def test_a_bucket_is_written_in_id_order(tmp_path):
+    locators, docs = stash(tmp_path)
+    out, items = run(tmp_path, locators, docs)
+    kept = [d["id"] for tag, d in items if tag == "kept"]
+    assert kept == sorted(d["id"] for d in docs)
+    assert {m["split"] for tag, m in items if tag == "shards"} <= {"train", "val"}
+    assert os.path.exists(out / "docs" / "kept-00000-of-00001.parquet")
+    assert not glob.glob(str(out / "**" / "*.tmp-*"), recursive=True)
+
+
+def test_a_failed_bucket_leaves_no_file_behind(tmp_path):
+    locators, docs = stash(tmp_path)
+    files = sorted({loc.file for loc in locators})
+    assert len(files) > 3
+    os.remove(files[0])  # the first file holds the last ids: the bucket fails after writing some
+    with pytest.raises(OSError):
+        run(tmp_path, locators, docs)
+    out = tmp_path / "out"
+    left = [p for p in glob.glob(str(out / "**" / "*"), recursive=True) if os.path.isfile(p)]
+    assert left == []

@@ -1,0 +1,47 @@
+"""The tokenizer's training sample: bounded in documents and characters, the same whatever the
+runner's bundling (merge order), and each exact copy of a text once."""
+
+import random
+
+from tokenmill.transforms.tokenize import SampleFn, sample_prefix, unique_texts
+
+
+def corpus(n=500, seed=0):
+    rng = random.Random(seed)
+    return [((rng.getrandbits(64).to_bytes(8, "big"), f"d{i}"), "x" * rng.randint(1, 300)) for i in range(n)]
+
+
+def run_combine(items, parts, fn, seed):
+    rng = random.Random(seed)
+    accs = [fn.create_accumulator() for _ in range(parts)]
+    for item in items:
+        acc = rng.choice(accs)
+        fn.add_input(acc, item)
+    rng.shuffle(accs)
+    while len(accs) > 1:  # merge in a random tree
+        k = rng.randint(2, len(accs))
+        accs = [fn.merge_accumulators(accs[:k])] + accs[k:]
+    return fn.extract_output(accs[0])
+
+
+def test_sample_is_the_bounded_smallest_prefix_in_any_merge_order():
+    items = corpus()
+    want = sample_prefix(items, 120, 9_000)
+    assert sum(len(t) for _, t in want) <= 9_000 and len(want) <= 120
+    assert want == sorted(items)[:len(want)]  # the smallest keys, nothing skipped
+    nxt = sorted(items)[len(want)]
+    assert sum(len(t) for _, t in want) + len(nxt[1]) > 9_000 or len(want) == 120  # and as long as allowed
+    fn = SampleFn(120, 9_000)
+    for parts, seed in ((1, 0), (3, 1), (7, 2), (20, 3)):
+        assert run_combine(items, parts, fn, seed) == want
+
+
+def test_one_document_always_and_the_doc_cap():
+    items = corpus(50)
+    assert len(sample_prefix(items, 5, 10**9)) == 5
+    assert len(sample_prefix([((b"a", "a"), "y" * 500)], 5, 10)) == 1  # a lone long document is kept
+
+
+def test_exact_copies_count_once_in_key_order():
+    sample = [((b"\x03", "c"), "same"), ((b"\x01", "a"), "same"), ((b"\x02", "b"), "other")]
+    assert unique_texts(sample) == ["same", "other"]

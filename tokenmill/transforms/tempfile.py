@@ -1,0 +1,34 @@
+"""Output files written under a temporary name beside their final path and renamed into place
+only when complete, so a reader never sees half a file. A retried bundle replaces the earlier
+attempt's file (same rows, same bytes); a failed one deletes its temporary file."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+from apache_beam.io.filesystems import FileSystems
+
+
+class TempFile:
+    def __init__(self, path: str):
+        self.path = path
+        self.tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        self.fh = FileSystems.create(self.tmp)
+
+    def _close(self) -> None:
+        if not getattr(self.fh, "closed", False):
+            self.fh.close()
+
+    def commit(self) -> None:
+        self._close()
+        if FileSystems.exists(self.path):  # a retried bundle: the earlier attempt wrote the same bytes
+            FileSystems.delete([self.path])
+        FileSystems.rename([self.tmp], [self.path])
+
+    def abandon(self) -> None:
+        """After a failure: close and delete the temporary file, quietly (the failure is the news)."""
+        with contextlib.suppress(Exception):
+            self._close()
+        with contextlib.suppress(Exception):
+            FileSystems.delete([self.tmp])
