@@ -57,3 +57,15 @@ def test_nothing_to_generate_from_is_one_line(tmp_path, capsys, args, needle):
     assert main(["generate", str(target), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_the_newest_weights_win(tmp_path):
+    """step-4 checkpoint, final save off, hf/ at step 6: generate takes hf/ (the newer)."""
+    out = make_output(tmp_path / "out", 120, seed=8)
+    run = tmp_path / "run"
+    assert main(["train", "--data", out, "--run-dir", str(run), "--set", "model.preset=null",
+                 "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2",
+                 "--set", "data.seq_len=32", "--set", "train.micro_batch=2", "--set", "train.steps=6",
+                 "--set", "checkpoint.every=4", "--set", "checkpoint.final=none", "--set", "data.num_workers=0"]) == 0
+    assert (run / "checkpoints" / "step-00000004").exists()
+    assert load_run(str(run))[3].endswith("hf")

@@ -36,6 +36,15 @@ def test_sample_is_the_bounded_smallest_prefix_in_any_merge_order():
         assert run_combine(items, parts, fn, seed) == want
 
 
+def test_a_part_keeps_the_item_that_ends_the_prefix():
+    """The global prefix of a(5), z(8), y(2) under 10 chars is [a]; a part {a, z} that dropped z
+    would let y in when merged with a part {y}."""
+    fn = SampleFn(10, 10)
+    a, z, y = ((b"a", "a"), "x" * 5), ((b"m", "z"), "x" * 8), ((b"y", "y"), "x" * 2)
+    parts = [fn._cut({"items": [a, z], "chars": 0}), fn._cut({"items": [y], "chars": 0})]
+    assert fn.extract_output(fn.merge_accumulators(parts)) == [a] == sample_prefix([a, z, y], 10, 10)
+
+
 def test_one_document_always_and_the_doc_cap():
     items = corpus(50)
     assert len(sample_prefix(items, 5, 10**9)) == 5

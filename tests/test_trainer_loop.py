@@ -266,3 +266,23 @@ def test_run_rows_memory_summary_and_gc(output, tmp_path, capsys):
     assert any(line.startswith("MFU 41.0%") for line in lines)
     assert any("raise data.num_workers" in line for line in lines)
     assert any("50% of the device" in line and "3 allocator retries" in line for line in lines)
+
+
+def test_fp16_every_rank_takes_the_global_overflow_verdict():
+    """GradScaler sees only this rank's gradient shards: the loop overrides its per-device
+    found_inf with the verdict all ranks share, so a step is skipped (and the scale backs off)
+    everywhere or nowhere."""
+    from tokenmill.trainer.train import agree_found_inf
+
+    for finite, stepped in ((False, False), (True, True)):
+        p = torch.nn.Parameter(torch.ones(4))
+        opt = torch.optim.AdamW([p], lr=0.1, fused=True)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        scaler.scale(torch.ones(()))  # the scaler starts its scale on first use
+        p.grad = torch.full((4,), 1024.0)  # finite on this rank
+        scaler.unscale_(opt)
+        agree_found_inf(scaler, opt, torch.tensor(finite))
+        scaler.step(opt)
+        scaler.update()
+        assert (not torch.equal(p.detach(), torch.ones(4))) == stepped
+        assert scaler.get_scale() == (1024.0 if finite else 512.0)

@@ -48,11 +48,11 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         cfg.output = args.output
     from tokenmill.pipelines import launch, prepare, progress
 
-    options, _ = launch.beam_options(beam_args)
+    options, runner = launch.beam_options(beam_args)
     display = None
     if args.quiet:
         pass
-    elif launch.is_local(options):
+    elif launch.is_local(options, runner):
         # The live line only on a terminal: redirected to a file it would be noise.
         display = progress.Display() if sys.stdout.isatty() and sys.stderr.isatty() else None
     else:

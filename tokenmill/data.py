@@ -18,8 +18,8 @@ What it gives:
   and per mixture source, see tokenmill/trainer/data.py); rank ``r`` of ``world`` takes the
   batches ``j*world + r`` of ``batch_size`` consecutive samples, so every rank sees other data
   and the union does not depend on the world size's batching.
-- Checksums of every shard verified against the manifest when the dataset is made (each rank
-  its own slice with ``part``, or all of them).
+- Checksums of every shard verified against the manifest when the dataset is made
+  (``verify_checksums=False``: sizes only).
 - Mixtures: several outputs with ``weights``.
 - ``state_dict``/``load_state_dict`` per DataLoader worker (what torchdata's
   StatefulDataLoader saves and restores), or ``first_sample`` to start at a global sample.
@@ -89,6 +89,7 @@ class PackedDataset(IterableDataset):
             yield item
 
     def state_dict(self) -> dict:
+        """This worker's position (restore with the same num_workers: each worker's own items)."""
         return {"next": self._next, "first_sample": self.first, "seed": self.seed, "rank": self.rank,
                 "world": self.world, "batch_size": self.batch_size}
 

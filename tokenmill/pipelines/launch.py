@@ -52,10 +52,10 @@ def beam_options(beam_args: list[str]) -> tuple[PipelineOptions, PipelineRunner]
 LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
 
 
-def is_local(options: PipelineOptions) -> bool:
+def is_local(options: PipelineOptions, runner: PipelineRunner) -> bool:
     """Whether the job's workers run on this machine (in-process, subprocesses, an embedded job
     server, a worker pool on localhost): only then can the launcher read their progress files."""
-    name = str(options.view_as(StandardOptions).runner or "FnApiRunner").rsplit(".", 1)[-1]
+    name = type(runner).__name__
     if name in LOCAL_RUNNERS:
         return True
     if name == "PortableRunner":

@@ -77,9 +77,12 @@ def check_job(cfg: JobConfig) -> InputScan:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
     if cfg.shards.formats and not cfg.shards.enabled:
         raise UserError("shards.formats needs shards.enabled (the formats are written from the shards)")
-    if "nanogpt" in cfg.shards.formats and not cfg.tokenize.tokenizer and cfg.tokenize.vocab_size > 65536:
-        raise UserError(f"shards.formats: nanogpt reads uint16 ids and tokenize.vocab_size is "
-                        f"{cfg.tokenize.vocab_size:,}: use megatron, or a vocab of at most 65,536")
+    if "nanogpt" in cfg.shards.formats:
+        vocab = (tokenize.tokenizer_info(tokenize.read_tokenizer_json(cfg.tokenize.tokenizer), cfg.tokenize.eos_token)
+                 ["vocab_size"] if cfg.tokenize.tokenizer else cfg.tokenize.vocab_size)
+        if vocab > 65536:
+            raise UserError(f"shards.formats: nanogpt reads uint16 ids and the tokenizer has {vocab:,} tokens: "
+                            f"use megatron, or a vocab of at most 65,536")
     return scan
 
 
@@ -225,12 +228,16 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
             if progress_to:
                 display.stop()
         output.discard(FileSystems.join(stage, TMP))  # the candidate files: never published
+        export_error = None
         try:
             for fmt in cfg.shards.formats if cfg.shards.enabled else []:
                 export_format(stage, fmt, FileSystems.join(stage, "export", fmt))
-        except BaseException:
-            output.discard(stage)
-            raise
+        except (UserError, OSError) as e:  # the job's output is good: publish it, without the exports
+            output.discard(FileSystems.join(stage, "export"))
+            export_error = e
         with launch.sigint_ignored():  # a Ctrl-C now would cut the renames short; the run is done
             output.publish(stage, cfg.output)
+        if export_error is not None:
+            raise UserError(f"{cfg.output} is written, but not its shards.formats exports: {export_error}; "
+                            f"retry them with `tokenmill export {cfg.output} --format ...`")
     return FileSystems.join(cfg.output, "report", "report.json")

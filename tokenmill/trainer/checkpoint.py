@@ -12,6 +12,7 @@ at the next start. DCP reshards on load, so a run may resume on a different numb
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -186,6 +187,16 @@ class Saver:
         dist.barrier()
         self.commit()
         dist.barrier()
+
+    def drain(self, timeout_s: float = 120.0) -> None:
+        """After a failure (no collective may be possible): let this rank's background write end
+        before the process groups go, without committing it (the rerun resumes from the last
+        checkpoint that counted)."""
+        if self._pending is None:
+            return
+        with contextlib.suppress(Exception):
+            self._pending[0].result(timeout=timeout_s)
+        self._pending = None
 
     def _prune(self, path: str, prune_old: bool) -> None:
         if prune_old and self.is_main:

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -178,6 +179,9 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
     for i, (name, out, m) in enumerate(zip(names, outs, manifests)):
         tok = m["tokenizer"]
         tokenizer_json = os.path.join(out, tok.get("file", "tokenizer.json"))
+        # A run is reused only for the same settings, eval text and data (its shards' hashes).
+        shard_hashes = sorted(sh["sha256"] for info in m["splits"].values() for sh in info.get("shards", []))
+        arm_key = hashlib.sha256(json.dumps([key, tok["sha256"], shard_hashes]).encode()).hexdigest()
         runs = []
         for seed in range(seeds):
             label = f"{name} seed {seed} ({i * seeds + seed + 1}/{len(outs) * seeds})"
@@ -187,13 +191,15 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
             if os.path.exists(done_path):
                 with open(done_path, encoding="utf-8") as fh:
                     done = json.load(fh)
-            if not done or done.get("key") != key or done.get("tokenizer_sha256") != tok["sha256"]:
+            if not done or done.get("key") != arm_key:
+                # Anything there is another setting's run: the trainer would resume from it.
+                shutil.rmtree(run_dir, ignore_errors=True)
                 print(f"compare: training {label}: {steps} steps x {per_step:,} tokens", file=sys.stderr, flush=True)
                 train_run(out, run_dir, seed, steps, config, sets, label)
                 model = load_exported(os.path.join(run_dir, "hf")).to(device)
                 on_val = {other: text_bpb(model, tokenizer_json, tok["eos_id"], t, cfg.data.seq_len, device)["bpb"]
                           for other, t in val.items() if t}
-                done = {"key": key, "tokenizer_sha256": tok["sha256"], "seed": seed,
+                done = {"key": arm_key, "seed": seed,
                         "eval": text_bpb(model, tokenizer_json, tok["eos_id"], texts, cfg.data.seq_len, device),
                         "val_bpb": on_val}
                 with open(done_path, "w", encoding="utf-8") as fh:

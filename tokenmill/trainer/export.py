@@ -68,7 +68,8 @@ def tokenizer_files(tokenizer_json: str, tok: dict, max_len: int) -> dict[str, d
     return {"tokenizer_config.json": config, "special_tokens_map.json": special}
 
 
-def export_hf(run: str, model, a: ModelArgs, tok: dict, tokenizer_json: str, dtype: str, is_main: bool) -> str | None:
+def export_hf(run: str, model, a: ModelArgs, tok: dict, tokenizer_json: str, dtype: str, is_main: bool,
+              step: int | None = None) -> str | None:
     """Collective (the full weights are gathered to rank 0); rank 0 writes RUN/hf atomically."""
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -82,7 +83,8 @@ def export_hf(run: str, model, a: ModelArgs, tok: dict, tokenizer_json: str, dty
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    files = {"config.json": hf_config(a, tok, dtype),
+    # tokenmill_step: which training step these weights are (`tokenmill generate` picks the newest)
+    files = {"config.json": {**hf_config(a, tok, dtype), "tokenmill_step": step},
              "generation_config.json": {"bos_token_id": tok.get("bos_id"), "eos_token_id": tok["eos_id"]},
              **tokenizer_files(tokenizer_json, tok, a.max_seq_len)}
     for name, obj in files.items():

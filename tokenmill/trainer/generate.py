@@ -21,30 +21,44 @@ from tokenmill.trainer.model import ModelArgs, Transformer
 
 
 def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
-    """(model in eval mode, tokenizer.json path, EOS id, where the weights came from)."""
-    found = ckpt.latest(os.path.join(run, "checkpoints"))
-    hf = os.path.join(run, "hf")
+    """(model in eval mode, tokenizer.json path, EOS id, where the weights came from): the
+    newest weights of the run, from its newest step checkpoint, its final/ weights or its hf/
+    export, whichever holds the highest step (a checkpoint on a tie)."""
+    root, hf = os.path.join(run, "checkpoints"), os.path.join(run, "hf")
     shape, tokenizer_json = os.path.join(run, "model.json"), os.path.join(run, "tokenizer.json")
-    # A run from before RUN/tokenizer.json was kept: its hf/ export, if it has one.
-    if found and os.path.exists(shape) and os.path.exists(tokenizer_json):
-        import torch.distributed.checkpoint as dcp
-
-        with open(shape, encoding="utf-8") as fh:
-            model = Transformer(ModelArgs(**json.load(fh)))
-        sd = {"model": model.state_dict()}
-        with warnings.catch_warnings():  # "torch.distributed is disabled": one process is the point
-            warnings.simplefilter("ignore", UserWarning)
-            dcp.load(sd, checkpoint_id=found[1], no_dist=True)
-        model.load_state_dict(sd["model"])
-        return model.float().eval(), tokenizer_json, ckpt.read_state(found[1]).get("eos_id"), found[1]
+    candidates = []  # (step, prefer, kind, path)
+    # A run from before RUN/tokenizer.json was kept can only use its hf/ export.
+    if os.path.exists(shape) and os.path.exists(tokenizer_json):
+        found = ckpt.latest(root)
+        if found:
+            candidates.append((found[0], 1, "checkpoint", found[1]))
+        final = os.path.join(root, "final")
+        if ckpt.is_complete(final):
+            candidates.append((int(ckpt.read_state(final).get("step", 0)), 1, "checkpoint", final))
     if os.path.exists(os.path.join(hf, "model.safetensors")):
+        with open(os.path.join(hf, "config.json"), encoding="utf-8") as fh:
+            step = json.load(fh).get("tokenmill_step")
+        candidates.append((-1 if step is None else int(step), 0, "hf", hf))
+    if not candidates:
+        raise UserError(f"{run}: no complete checkpoint and no hf/ export to generate from (is it a `tokenmill train` "
+                        f"--run-dir?)")
+    _, _, kind, path = max(candidates)
+    if kind == "hf":
         from tokenmill.trainer.export import load_exported
 
         with open(os.path.join(hf, "config.json"), encoding="utf-8") as fh:
             eos = json.load(fh).get("eos_token_id")
         return load_exported(hf), os.path.join(hf, "tokenizer.json"), eos, hf
-    raise UserError(f"{run}: no complete checkpoint and no hf/ export to generate from (is it a `tokenmill train` "
-                    f"--run-dir?)")
+    import torch.distributed.checkpoint as dcp
+
+    with open(shape, encoding="utf-8") as fh:
+        model = Transformer(ModelArgs(**json.load(fh)))
+    sd = {"model": model.state_dict()}
+    with warnings.catch_warnings():  # "torch.distributed is disabled": one process is the point
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(sd, checkpoint_id=path, no_dist=True)
+    model.load_state_dict(sd["model"])
+    return model.float().eval(), tokenizer_json, ckpt.read_state(path).get("eos_id"), path
 
 
 @torch.no_grad()

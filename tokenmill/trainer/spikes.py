@@ -39,9 +39,7 @@ class SpikeLog:
             median = statistics.median(self.recent)
             if loss > self.factor * median:
                 end = row["tokens"] // self.seq_len  # samples consumed after this step
-                docs: list[str] = []
-                for g in range(end - self.G, end):
-                    docs.extend(d for d in self.docs_of(g) if d not in docs)
+                docs = list(dict.fromkeys(d for g in range(end - self.G, end) for d in self.docs_of(g)))
                 spike = {"step": row["step"], "loss": loss, "median": median, "samples": [end - self.G, end],
                          "docs": docs}
                 with open(self.path, "a", encoding="utf-8") as fh:

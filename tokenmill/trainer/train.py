@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import time
+from collections import deque
 
 import torch
 import torch.distributed as dist
@@ -93,12 +94,24 @@ def build_optimizer(model: torch.nn.Module, o: OptimConfig, lr: float) -> torch.
 def step_unless(optim: torch.optim.Optimizer, skip: torch.Tensor) -> None:
     """optimizer.step(), skipped inside the fused kernel when ``skip`` (a device bool) is true:
     no host round trip to decide. The same contract GradScaler uses (``found_inf``); the
-    kernel also takes back its step count."""
-    optim.found_inf = skip.float()
+    kernel also takes back its step count. With CPU offload the parameters are on the CPU: the
+    flag is copied there first, blocking (the kernel's own copy would not wait for it)."""
+    optim.found_inf = skip.float().to(optim.param_groups[0]["params"][0].device)
     try:
         optim.step()
     finally:
         del optim.found_inf
+
+
+def agree_found_inf(scaler, optim: torch.optim.Optimizer, finite: torch.Tensor) -> None:
+    """GradScaler.unscale_ looks for inf/NaN in this rank's shards of the gradients only, so with
+    FSDP one rank could skip a step (and halve its scale) while the others step. Every rank
+    takes the global verdict instead (``finite`` is computed from all-reduced values); the same
+    as ShardedGradScaler's all-reduce, without its extra collective. (GradScaler keeps the
+    per-device flags in its private per-optimizer state.)"""
+    state = scaler._per_optimizer_states[id(optim)]
+    for dev, found in state["found_inf_per_device"].items():
+        found.copy_((~finite).float().to(dev))
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -301,7 +314,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     pending = PendingSteps(global_tokens)
     spikes = SpikeLog(run_dir, d.main, cfg.train.spike_factor, cfg.train.spike_window, dataset.docs_of,
                       cfg.data.seq_len, G)
-    logged: list[dict] = []
+    logged: deque[dict] = deque(maxlen=2000)  # the summary's window: memory does not grow with the run
     stop = _StopFlag()
     last_save = time.monotonic()
     step = start_step = state["step"]
@@ -341,7 +354,8 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
             # values at log steps only (PendingSteps).
             if scaler is not None:
                 scaler.unscale_(optim)
-            grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip))
+            # On the compute device: with CPU offload the gradients (and so the norm) are on the CPU.
+            grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)).to(d.device)
             if d.world > 1:
                 dist.all_reduce(total)
             finite = torch.isfinite(total) & torch.isfinite(grad_norm)
@@ -357,6 +371,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
             if saver.pending() and written == d.world:
                 saver.commit()
             if scaler is not None:
+                agree_found_inf(scaler, optim, finite)
                 scaler.step(optim)  # skips the update itself when the grads overflowed
                 scaler.update()
             else:
@@ -404,6 +419,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 last_save = time.monotonic()
             elif final == "model":
                 saver.save(os.path.join(ckpt_root, "final"), model, None, state)
+            pending.since = time.perf_counter()  # the next steps' throughput leaves eval and saves out
             if stop_flag:
                 saver.wait()
                 metrics.note(f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same command to resume")
@@ -421,13 +437,15 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
         dataset.check_files()
         raise
     finally:
+        if failed:
+            saver.drain()
         if cfg.parallel.gc_every:
             gc.enable()
         stop.restore(failed)
         metrics.close()
         del batches, loader  # stops the DataLoader workers
 
-    for line in run_summary(logged, d.device, d.world) if step > start_step else []:
+    for line in run_summary(list(logged), d.device, d.world) if step > start_step else []:
         metrics.note(f"summary: {line}")
     hf_dir = os.path.join(run_dir, "hf")
     if step == start_step and os.path.exists(hf_dir):
@@ -435,6 +453,6 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     elif cfg.export.enabled:
         from tokenmill.trainer.export import export_hf
 
-        if export_hf(run_dir, model, args, tok, tokenizer_json, cfg.export.dtype, d.main):
+        if export_hf(run_dir, model, args, tok, tokenizer_json, cfg.export.dtype, d.main, step):
             metrics.note(f"exported {hf_dir} (transformers: AutoModelForCausalLM.from_pretrained)")
     return 0

@@ -176,17 +176,19 @@ def sample_key(doc: dict) -> tuple[bytes, str]:
     return hashlib.blake2b(str(doc["id"]).encode("utf-8"), digest_size=8).digest(), doc["id"]
 
 
-def sample_prefix(items: list[tuple[Any, str]], max_docs: int, max_chars: int) -> list[tuple[Any, str]]:
+def sample_prefix(items: list[tuple[Any, str]], max_docs: int, max_chars: int,
+                  keep_stopper: bool = False) -> list[tuple[Any, str]]:
     """The longest smallest-key prefix of (key, text) items with at most ``max_docs`` items and
-    ``max_chars`` characters (at least one item). Every item of the whole corpus's prefix is in
-    its own part's prefix, so prefixes of parts, merged and cut again, give the same sample in
-    any order: a runner's bundling cannot change the tokenizer."""
+    ``max_chars`` characters (at least one item). ``keep_stopper``: also the first item that did
+    not fit, for cuts of a part: then every item of the whole corpus's prefix, and the item that
+    ends it, are in its own part's cut, so parts cut, merged and cut again give the same sample
+    in any order (a runner's bundling cannot change the tokenizer)."""
     items = sorted(items)
     total = 0
     for i, (_, text) in enumerate(items[:max_docs]):
         total += len(text)
         if total > max_chars and i > 0:
-            return items[:i]
+            return items[:i + 1] if keep_stopper else items[:i]
     return items[:max_docs]
 
 
@@ -212,7 +214,7 @@ class SampleFn(beam.CombineFn):
         return {"items": [], "chars": 0}
 
     def _cut(self, acc):
-        acc["items"] = sample_prefix(acc["items"], self.max_docs, self.max_chars)
+        acc["items"] = sample_prefix(acc["items"], self.max_docs, self.max_chars, keep_stopper=True)
         acc["chars"] = sum(len(t) for _, t in acc["items"])
         return acc
 
