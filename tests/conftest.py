@@ -1,6 +1,8 @@
 import glob
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -50,3 +52,21 @@ def read_all(path, cfg=None) -> list[dict]:
         for unit in plan_units(f, cfg):
             out.extend([unit] if isinstance(unit, dict) else read_unit(unit, cfg))
     return out
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(not CHROMIUM, reason="headless Chromium not installed (apt-get install chromium)")
+
+
+def render_in_chromium(page: Path, tmp_path: Path, height: int = 2400) -> str:
+    """Open a page in headless Chromium as a person would: a screenshot that shows something, no
+    console error; returns the page's DOM."""
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    shot = tmp_path / "page.png"
+    run = subprocess.run(flags + [f"--window-size=1280,{height}", f"--screenshot={shot}", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 30_000, run.stderr[-2000:]
+    assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr  # no console errors
+    return subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout

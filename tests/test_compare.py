@@ -3,18 +3,17 @@ off), real training runs through the trainer, compare.json with every field, a p
 renders in headless Chromium without console errors, resuming, and one-line errors."""
 
 import json
-import shutil
-import subprocess
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import needs_chromium, render_in_chromium  # noqa: E402
+
 from tokenmill.cli import main  # noqa: E402
 
 SETS = ["data.seq_len=64", "train.micro_batch=4", "data.num_workers=0", "metrics.tensorboard=false",
         "train.log_every=4", "model.preset=null", "model.n_layers=1", "model.d_model=32", "model.n_heads=2"]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def compare_args(outs, eval_path, output, tokens=3000, seeds=2) -> list[str]:
@@ -71,18 +70,10 @@ def test_compare_resumes_finished_runs(arms, capsys):
     assert err.count("already done") == 4 and hf.stat().st_mtime_ns == before
 
 
-@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium not installed (apt-get install chromium)")
+@needs_chromium
 def test_compare_page_renders_in_headless_chromium(arms, tmp_path):
     page = arms[2] / "compare.html"
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    shot = tmp_path / "compare.png"
-    run = subprocess.run(flags + ["--window-size=1280,1800", f"--screenshot={shot}", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert shot.exists() and shot.stat().st_size > 30_000, run.stderr[-2000:]
-    assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr
-    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = render_in_chromium(page, tmp_path, height=1800)
     assert dom.count("<polyline") == 4 and dom.count("<svg") >= 3 and "Bits per byte" in dom
     assert "<script" not in page.read_text() and "http" not in page.read_text().split("</style>")[0]
 

@@ -85,16 +85,11 @@ def test_evaluate_val_bpb_formula(tmp_path):
 
 
 def test_val_bpb_in_a_runs_metrics(tmp_path):
-    from trainer_helpers import make_output
-
-    from tokenmill.cli import main
+    from trainer_helpers import make_output, train_tiny
 
     out = make_output(tmp_path / "out", 120, seed=5)
     run = tmp_path / "run"
-    assert main(["train", "--data", out, "--run-dir", str(run), "--set", "model.preset=null",
-                 "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2",
-                 "--set", "data.seq_len=16", "--set", "train.micro_batch=2", "--set", "train.steps=4",
-                 "--set", "eval.every=2", "--set", "data.num_workers=0", "--set", "export.enabled=false"]) == 0
+    assert train_tiny(out, run, "data.seq_len=16", "train.steps=4", "eval.every=2", "export.enabled=false") == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "val_loss" in r]
     assert [r["step"] for r in evals] == [2, 4]

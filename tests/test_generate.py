@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer_helpers import make_output  # noqa: E402
+from trainer_helpers import make_output, train_tiny  # noqa: E402
 
 from tokenmill.cli import main  # noqa: E402
 from tokenmill.trainer.generate import generate, load_run, sample  # noqa: E402
@@ -18,10 +18,7 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("generate")
     out = make_output(root / "out", 200, seed=7)
     run = root / "run"
-    assert main(["train", "--data", out, "--run-dir", str(run), "--set", "model.preset=null",
-                 "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2",
-                 "--set", "data.seq_len=32", "--set", "train.micro_batch=2", "--set", "train.steps=6",
-                 "--set", "checkpoint.every=3", "--set", "data.num_workers=0"]) == 0
+    assert train_tiny(out, run, "data.seq_len=32", "train.steps=6", "checkpoint.every=3") == 0
     return run
 
 
@@ -63,9 +60,6 @@ def test_the_newest_weights_win(tmp_path):
     """step-4 checkpoint, final save off, hf/ at step 6: generate takes hf/ (the newer)."""
     out = make_output(tmp_path / "out", 120, seed=8)
     run = tmp_path / "run"
-    assert main(["train", "--data", out, "--run-dir", str(run), "--set", "model.preset=null",
-                 "--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2",
-                 "--set", "data.seq_len=32", "--set", "train.micro_batch=2", "--set", "train.steps=6",
-                 "--set", "checkpoint.every=4", "--set", "checkpoint.final=none", "--set", "data.num_workers=0"]) == 0
+    assert train_tiny(out, run, "data.seq_len=32", "train.steps=6", "checkpoint.every=4", "checkpoint.final=none") == 0
     assert (run / "checkpoints" / "step-00000004").exists()
     assert load_run(str(run))[3].endswith("hf")

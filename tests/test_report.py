@@ -2,11 +2,9 @@
 
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
-from conftest import run_prepare
+from conftest import needs_chromium, render_in_chromium, run_prepare
 
 from tokenmill.transforms.report import add_doc, finish, funnel, merge, new_acc
 
@@ -69,21 +67,9 @@ def test_terminal_summary(sample_out, capsys):
     assert "Funnel" in text and "report.html" in text
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(not CHROMIUM, reason="headless Chromium not installed (apt-get install chromium)")
+@needs_chromium
 def test_report_renders_in_headless_chromium(sample_out, tmp_path):
-    page = sample_out[0] / "report" / "report.html"
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
-    shot = tmp_path / "report.png"
-    run = subprocess.run(flags + ["--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert shot.exists() and shot.stat().st_size > 30_000, run.stderr[-2000:]
-    assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr  # no console errors
-    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = render_in_chromium(sample_out[0] / "report" / "report.html", tmp_path)
     assert dom.count("<svg") >= 5 and "Funnel" in dom
 
 

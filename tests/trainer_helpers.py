@@ -43,3 +43,13 @@ def make_output(out, n_docs: int, seed: int, vocab: int = 500, n_shards: int = 2
             metas.append(write_shard((split, k, shards), rows[k::shards], str(out), "uint16", tok, batch_tokens))
     write_manifest(metas, str(out), tok, "uint16", {}, "test")
     return str(out)
+
+
+def train_tiny(out, run, *sets: str) -> int:
+    """`tokenmill train` in-process on a one-layer model of width 32 (each ``sets`` item a
+    ``key=value`` override on top)."""
+    from tokenmill.cli import main
+
+    base = ["model.preset=null", "model.n_layers=1", "model.d_model=32", "model.n_heads=2", "train.micro_batch=2",
+            "data.num_workers=0"]
+    return main(["train", "--data", str(out), "--run-dir", str(run), *(a for s in [*base, *sets] for a in ("--set", s))])

@@ -208,6 +208,12 @@ def cmd_compare(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def _trainer_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="train.yaml", help="trainer config file (default: the tiny preset)")
+    p.add_argument("--set", action="append", default=[], metavar="key=value",
+                   help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenmill",
@@ -266,9 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     # --run-dir, not --run: torchrun's parser takes --run for an abbreviation of its --run-path.
     p.add_argument("--run-dir", "--run", dest="run", required=True, metavar="RUN",
                    help="run folder: metrics, checkpoints, hf export (--run is kept as an alias outside torchrun)")
-    p.add_argument("--config", metavar="train.yaml", help="trainer config file")
-    p.add_argument("--set", action="append", default=[], metavar="key=value",
-                   help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
+    _trainer_config_args(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("export", help="write the shards as Megatron .bin/.idx or nanoGPT train.bin/val.bin",
@@ -310,8 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=2, help="seeds per arm (default 2: the spread tells noise from gain)")
     p.add_argument("--eval-docs", type=int, default=2000, metavar="N", help="evaluate on at most N documents")
     p.add_argument("--output", required=True, metavar="DIR")
-    p.add_argument("--config", metavar="train.yaml", help="trainer config of the proxy (default: the tiny preset)")
-    p.add_argument("--set", action="append", default=[], metavar="key=value", help="trainer config override")
+    _trainer_config_args(p)
     p.set_defaults(func=cmd_compare)
     return parser
 
