@@ -64,3 +64,33 @@ def test_a_failed_bucket_leaves_no_file_behind(tmp_path):
     out = tmp_path / "out"
     left = [p for p in glob.glob(str(out / "**" / "*"), recursive=True) if os.path.isfile(p)]
     assert left == []
+
+
+def test_a_remote_bucket_is_read_once_in_file_order(tmp_path):
+    """localize (what the finish phase does for gs:// or s3:// candidates) reads every file front
+    to back once into one local file; the bucket written from it is the same."""
+    from tokenmill.transforms.buckets import localize
+
+    locators, docs = stash(tmp_path)
+
+    class Recording(CandidateReader):
+        def __init__(self):
+            super().__init__()
+            self.reads = []
+
+        def read(self, loc):
+            self.reads.append((loc.file, loc.offset))
+            return super().read(loc)
+
+    reader = Recording()
+    moved, path = localize(locators, reader, tmp_dir=str(tmp_path))
+    reader.close()
+    assert reader.reads == sorted(reader.reads) and len(reader.reads) == len(locators)
+    assert {loc.file for loc in moved} == {path}
+    check = CandidateReader()
+    assert [check.read(a) for a in moved] == [check.read(b) for b in locators]
+    check.close()
+    direct = run(tmp_path / "a", locators, docs)[1]
+    via_copy = run(tmp_path / "b", moved, docs)[1]
+    assert [(t, d["id"]) for t, d in direct if t != "shards"] == [(t, d["id"]) for t, d in via_copy if t != "shards"]
+    assert [m["sha256"] for t, m in direct if t == "shards"] == [m["sha256"] for t, m in via_copy if t == "shards"]

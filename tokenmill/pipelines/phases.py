@@ -6,6 +6,7 @@ stashes documents and sends on small records, and the finish phase, one bucket a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from apache_beam.pvalue import TaggedOutput
 from tokenmill.config import JobConfig
 from tokenmill.pipelines.progress import reporter
 from tokenmill.transforms import doc as docmod
-from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of
+from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of, localize
 from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook
 from tokenmill.transforms.shards import ShardFile, shard_schema, split_of
 from tokenmill.transforms.stage import count
@@ -193,8 +194,11 @@ class FinishFn(beam.DoFn):
             return docmod.DocsFile(FileSystems.join(self._out, "docs", name), self._schema)
 
         progress = reporter(self._progress_folder)
+        locators, local_copy = [v for t, v in items if t == LOCATOR], None
         try:
-            for tag, value in finish_bucket((v for t, v in items if t == LOCATOR), (v for t, v in items if t == VERDICT),
+            if locators and "://" in locators[0].file:  # remote candidates: one sequential pass first
+                locators, local_copy = localize(locators, reader)
+            for tag, value in finish_bucket(locators, (v for t, v in items if t == VERDICT),
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size):
                 if tag == SHARDS:
                     yield TaggedOutput(tag, value)
@@ -205,6 +209,8 @@ class FinishFn(beam.DoFn):
                 yield value
         finally:
             reader.close()
+            if local_copy:
+                os.remove(local_copy)
         if progress:
             progress.add(buckets=1)
             progress.flush()

@@ -14,6 +14,7 @@ does not wait for token totals.
 from __future__ import annotations
 
 import math
+import os
 import uuid
 from collections import OrderedDict
 from typing import NamedTuple
@@ -117,3 +118,27 @@ class CandidateReader:
     def close(self) -> None:
         while self._open:
             self._open.popitem()[1].close()
+
+
+def localize(locators: list[Locator], reader: CandidateReader, tmp_dir: str | None = None) -> tuple[list[Locator], str]:
+    """Copies the frames of ``locators`` into one local temporary file, reading each candidate
+    file once front to back (file, then offset order), and returns the locators pointing there
+    with the file's path (the caller removes it). The finish phase reads a bucket in id order,
+    which jumps around its candidate files: fine on a local disk, one ranged request per
+    document on gs:// or s3://."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="tokenmill-bucket-", suffix=".bin", dir=tmp_dir)
+    moved: dict[tuple[str, int], int] = {}
+    try:
+        with os.fdopen(fd, "wb") as out:
+            pos = 0
+            for loc in sorted(locators, key=lambda lc: (lc.file, lc.offset)):
+                data = reader.read(loc)
+                out.write(data)
+                moved[loc.file, loc.offset] = pos
+                pos += len(data)
+    except BaseException:
+        os.remove(path)
+        raise
+    return [loc._replace(file=path, offset=moved[loc.file, loc.offset]) for loc in locators], path
