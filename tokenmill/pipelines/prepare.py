@@ -29,7 +29,6 @@ from tokenmill.transforms.normalize import NormalizeFn
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
-from tokenmill.transforms.readers.tasks import Unit, files_in
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.stage import count
 
@@ -55,8 +54,8 @@ class ReadFn(beam.DoFn):
             if self._progress:
                 self._progress.add(read=1)
             yield d
-        if self._progress:  # the task's bytes once it is read (a task is a file, or a unit of one)
-            self._progress.add(bytes=task.size() if isinstance(task, Unit) else sum(f.size for f in files_in(task)))
+        if self._progress:  # the task's bytes once it is read (a run of files, or a unit of one)
+            self._progress.add(bytes=task.size())
 
     def finish_bundle(self):
         if self._progress:

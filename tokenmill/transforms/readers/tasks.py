@@ -98,6 +98,10 @@ class FileRange:
     start: int
     end: int
     split: bool = False
+    nbytes: int = 0  # the listed files' total size (progress)
+
+    def size(self) -> int:
+        return self.nbytes
 
 
 def _may_split(f: InputFile, cfg: ReadConfig) -> bool:
@@ -112,7 +116,7 @@ def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list
     per_task = max(1, min(MAX_FILES_PER_TASK, len(files) // MIN_TASKS))
     tasks: list[FileRange] = []
     run: list[int] = []  # byte offsets of the lines of the small files not yet in a task
-    pos = 0
+    run_bytes = pos = 0
     try:
         fh = FileSystems.create(path, mime_type="application/jsonl")
     except OSError as e:  # the first write into OUT: an unwritable output folder shows here
@@ -123,15 +127,16 @@ def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list
             fh.write(line)
             split = _may_split(f, cfg)
             if run and (split or len(run) == per_task):
-                tasks.append(FileRange(path, run[0], pos))
-                run = []
+                tasks.append(FileRange(path, run[0], pos, nbytes=run_bytes))
+                run, run_bytes = [], 0
             if split:
-                tasks.append(FileRange(path, pos, pos + len(line), split=True))
+                tasks.append(FileRange(path, pos, pos + len(line), split=True, nbytes=f.size))
             else:
                 run.append(pos)
+                run_bytes += f.size
             pos += len(line)
     if run:
-        tasks.append(FileRange(path, run[0], pos))
+        tasks.append(FileRange(path, run[0], pos, nbytes=run_bytes))
     return tasks
 
 
