@@ -138,7 +138,7 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     import signal
 
     from tokenmill.trainer.parallel import SharedError
-    from tokenmill.trainer.train import rank_prefix
+    from tokenmill.trainer.train import on_main_thread, rank_prefix
 
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
@@ -156,14 +156,8 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         print(f"tokenmill: error: {rank_prefix()}{e}", file=sys.stderr, flush=True)
         return 2
     finally:  # after a failure the trainer ignores SIGTERM until the line above is out
-        if sigterm is not None and threading_main():
+        if sigterm is not None and on_main_thread():
             signal.signal(signal.SIGTERM, sigterm)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def cmd_export(args: argparse.Namespace, _: list[str]) -> int:

@@ -20,7 +20,7 @@ import shutil
 
 import torch.distributed as dist
 
-from tokenmill.errors import UserError
+from tokenmill.errors import UserError, first_line
 
 MARKER = "COMPLETE"
 STATE = "trainer.json"
@@ -173,8 +173,7 @@ class Saver:
         try:
             future.result()
         except Exception as e:  # the disk filled up, the folder went away: one line, from this rank
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise UserError(f"checkpoint {path}: the background save failed: {first}") from None
+            raise UserError(f"checkpoint {path}: the background save failed: {first_line(e)}") from None
         if self.is_main:
             _commit(path, state)
         self._prune(path, prune_old)
@@ -217,9 +216,8 @@ def load(path: str, model, optim) -> dict:
     try:
         dcp.load(sd, checkpoint_id=path)
     except Exception as e:
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot resume from {path}: it does not match this model and optimizer "
-                        f"(changed model.* settings? use a new --run-dir): {first}") from None
+                        f"(changed model.* settings? use a new --run-dir): {first_line(e)}") from None
     set_model_state_dict(model, sd["model"])
     set_optimizer_state_dict(model, optim, sd["optim"])
     return read_state(path)

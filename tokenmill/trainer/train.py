@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from tokenmill.data import PackedDataset
 from tokenmill.data import loader as data_loader
-from tokenmill.errors import UserError
+from tokenmill.errors import UserError, first_line
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
 from tokenmill.trainer.config import OptimConfig, TrainJobConfig
@@ -171,7 +171,7 @@ class _StopFlag:
 
     def __init__(self):
         self.set = False
-        self._old = signal.signal(signal.SIGTERM, self._handle) if _main_thread() else None
+        self._old = signal.signal(signal.SIGTERM, self._handle) if on_main_thread() else None
 
     def _handle(self, *_):
         if self.set:
@@ -188,7 +188,8 @@ class _StopFlag:
             signal.signal(signal.SIGTERM, signal.SIG_IGN if failed else self._old)
 
 
-def _main_thread() -> bool:
+def on_main_thread() -> bool:
+    """Signal handlers can only be set from the main thread (an in-process caller may not be on it)."""
     import threading
 
     return threading.current_thread() is threading.main_thread()
@@ -225,8 +226,7 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
         if not lost_peer(e):
             raise
         # A collective failed: a peer died (its own error line says why) or timed out.
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0][:160]  # gloo's "[file.cc:553] " prefix
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first_line(e, None)).split(". ")[0][:160]  # gloo's "[file.cc:553] "
         raise UserError(f"lost contact with the other ranks ({first}): another rank failed "
                         f"(see its error) or hung past parallel.train_timeout_s") from None
     finally:

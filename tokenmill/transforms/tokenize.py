@@ -15,7 +15,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 
-from tokenmill.errors import UserError
+from tokenmill.errors import UserError, first_line
 from tokenmill.transforms.stage import count
 
 EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
@@ -66,7 +66,7 @@ def tokenizer_from_json(text: str, where: str = "tokenizer"):
     try:
         return Tokenizer.from_str(text)
     except Exception as e:  # the Rust side raises a plain Exception on a bad file
-        raise UserError(f"{where}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0][:200]})") from None
+        raise UserError(f"{where}: not a Hugging Face tokenizer.json ({first_line(e)})") from None
 
 
 def read_tokenizer_json(path: str) -> str:
