@@ -338,8 +338,8 @@ def test_gqa_attention_matches_repeated_kv_heads():
 def test_eval_row_loss_equals_the_transposed_form():
     import torch.nn.functional as F
 
-    from tokenmill.trainer.evaluation import row_nll
+    from tokenmill.trainer.evaluation import token_nll
 
     logits, targets = torch.randn(3, 7, 11), torch.randint(0, 11, (3, 7))
     want = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").sum(1)
-    torch.testing.assert_close(row_nll(logits, targets), want)
+    torch.testing.assert_close(token_nll(logits, targets).sum(1), want)

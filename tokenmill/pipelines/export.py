@@ -25,7 +25,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.errors import UserError
-from tokenmill.transforms.shards import load_manifest
+from tokenmill.transforms.shards import load_manifest, tokenizer_path
 
 FORMATS = ("megatron", "nanogpt")
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
@@ -108,8 +108,7 @@ def export(out: str, fmt: str, folder: str) -> int:
     manifest = load_manifest(out)
     if not FileSystems.exists(folder):
         FileSystems.mkdirs(folder)
-    tok_file = manifest["tokenizer"].get("file", "tokenizer.json")
-    FileSystems.copy([FileSystems.join(out, tok_file)], [FileSystems.join(folder, "tokenizer.json")])
+    FileSystems.copy([tokenizer_path(out, manifest)], [FileSystems.join(folder, "tokenizer.json")])
     if fmt == "nanogpt":
         return write_nanogpt(out, manifest, folder)
     return sum(write_megatron(out, manifest, split, FileSystems.join(folder, f"{split}_text_document"))

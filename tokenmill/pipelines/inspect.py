@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenmill.errors import UserError
-from tokenmill.transforms.shards import check_vocab, load_manifest, verify_output
+from tokenmill.transforms.shards import check_vocab, load_manifest, tokenizer_path, verify_output
 from tokenmill.transforms.tokenize import tokenizer_from_json
 
 
@@ -92,7 +92,7 @@ def inspect_output(out: str, n_docs: int = 3, console: Console | None = None) ->
         console.print(f"[yellow]note[/] {path}: not in the manifest (not read by `tokenmill train`)")
     shards = manifest["splits"]["train"]["shards"] or manifest["splits"]["val"]["shards"]
     if shards and n_docs:
-        with FileSystems.open(FileSystems.join(out, tok.get("file", "tokenizer.json"))) as fh:
+        with FileSystems.open(tokenizer_path(out, manifest)) as fh:
             tokenizer = tokenizer_from_json(fh.read().decode("utf-8"))
         for doc_id, ids in first_docs(FileSystems.join(out, shards[0]["file"]), n_docs):
             text = tokenizer.decode(ids, skip_special_tokens=False)

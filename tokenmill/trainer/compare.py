@@ -72,8 +72,10 @@ def val_texts(out: str, manifest: dict, limit: int) -> list[str]:
     import pyarrow as pa
     from tokenizers import Tokenizer
 
+    from tokenmill.transforms.shards import tokenizer_path
+
     tok = manifest["tokenizer"]
-    tokenizer = Tokenizer.from_file(os.path.join(out, tok.get("file", "tokenizer.json")))
+    tokenizer = Tokenizer.from_file(tokenizer_path(out, manifest))
     texts: list[str] = []
     for shard in manifest["splits"].get("val", {}).get("shards", []):
         with pa.memory_map(os.path.join(out, shard["file"])) as source:
@@ -101,8 +103,9 @@ def train_run(out: str, run_dir: str, seed: int, steps: int, config: str | None,
     cmd = [sys.executable, "-m", "tokenmill.cli", "train", "--data", out, "--run-dir", run_dir]
     if config:
         cmd += ["--config", config]
+    # data.verify_checksums=false: compare() hashed every shard just before; each run checks sizes.
     for s in [*sets, f"seed={seed}", f"train.steps={steps}", "export.enabled=true", "checkpoint.final=none",
-              "checkpoint.best=false"]:
+              "checkpoint.best=false", "data.verify_checksums=false"]:
         cmd += ["--set", s]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     error = None
@@ -154,6 +157,7 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
     from tokenmill.trainer import data as D
     from tokenmill.trainer.evaluation import text_bpb
     from tokenmill.trainer.export import load_exported
+    from tokenmill.transforms.shards import tokenizer_path
 
     sets = list(sets or [])
     if len(outs) < 2:
@@ -178,7 +182,7 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
     arms = []
     for i, (name, out, m) in enumerate(zip(names, outs, manifests)):
         tok = m["tokenizer"]
-        tokenizer_json = os.path.join(out, tok.get("file", "tokenizer.json"))
+        tokenizer_json = tokenizer_path(out, m)
         # A run is reused only for the same settings, eval text and data (its shards' hashes).
         shard_hashes = sorted(sh["sha256"] for info in m["splits"].values() for sh in info.get("shards", []))
         arm_key = hashlib.sha256(json.dumps([key, tok["sha256"], shard_hashes]).encode()).hexdigest()

@@ -55,11 +55,6 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(B, T)
 
 
-def row_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy of each row."""
-    return token_nll(logits, targets).sum(1)
-
-
 @torch.no_grad()
 def evaluate(model, batches: list, forward, device: torch.device, byte_lengths: torch.Tensor | None = None) -> dict:
     """Collective. Mean loss per token over the (weighted) validation windows of every rank,

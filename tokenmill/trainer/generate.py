@@ -35,9 +35,11 @@ def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
         final = os.path.join(root, "final")
         if ckpt.is_complete(final):
             candidates.append((int(ckpt.read_state(final).get("step", 0)), 1, "checkpoint", final))
+    hf_config = {}
     if os.path.exists(os.path.join(hf, "model.safetensors")):
         with open(os.path.join(hf, "config.json"), encoding="utf-8") as fh:
-            step = json.load(fh).get("tokenmill_step")
+            hf_config = json.load(fh)
+        step = hf_config.get("tokenmill_step")
         candidates.append((-1 if step is None else int(step), 0, "hf", hf))
     if not candidates:
         raise UserError(f"{run}: no complete checkpoint and no hf/ export to generate from (is it a `tokenmill train` "
@@ -46,9 +48,7 @@ def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
     if kind == "hf":
         from tokenmill.trainer.export import load_exported
 
-        with open(os.path.join(hf, "config.json"), encoding="utf-8") as fh:
-            eos = json.load(fh).get("eos_token_id")
-        return load_exported(hf), os.path.join(hf, "tokenizer.json"), eos, hf
+        return load_exported(hf), os.path.join(hf, "tokenizer.json"), hf_config.get("eos_token_id"), hf
     import torch.distributed.checkpoint as dcp
 
     with open(shape, encoding="utf-8") as fh:

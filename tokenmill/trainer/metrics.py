@@ -98,6 +98,10 @@ class PendingSteps:
         self.rows.append(row)
         self.values.append(torch.stack([loss_sum.double(), grad_norm.double()]))
 
+    def restart_clock(self) -> None:
+        """The next rows' throughput counts from now (not the eval or save just done)."""
+        self.since = time.perf_counter()
+
     def flush(self) -> list[dict]:
         """The pending rows, completed: loss, grad_norm, skipped, and throughput averaged over
         the steps since the last flush (the host runs ahead of the device in between)."""

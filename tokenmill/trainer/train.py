@@ -62,6 +62,7 @@ from tokenmill.trainer.preflight import (
 )
 from tokenmill.trainer.spikes import FILE as SPIKES
 from tokenmill.trainer.spikes import SpikeLog
+from tokenmill.transforms.shards import tokenizer_path
 
 # ---------------------------------------------------------------- pure pieces
 
@@ -269,7 +270,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
     optim = build_optimizer(model, cfg.optim, cfg.lr())
     scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
     loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
-    tokenizer_json = os.path.join(cfg.data.paths[0], tok.get("file", "tokenizer.json"))
+    tokenizer_json = tokenizer_path(cfg.data.paths[0], manifests[0])
     if d.main:  # the run keeps the tokenizer it trains with: `tokenmill generate` reads it
         shutil.copyfile(tokenizer_json, os.path.join(run_dir, "tokenizer.json"))
     byte_lengths = torch.from_numpy(token_byte_lengths(tokenizer_json)).to(d.device) if val else None
@@ -419,7 +420,7 @@ def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
                 last_save = time.monotonic()
             elif final == "model":
                 saver.save(os.path.join(ckpt_root, "final"), model, None, state)
-            pending.since = time.perf_counter()  # the next steps' throughput leaves eval and saves out
+            pending.restart_clock()
             if stop_flag:
                 saver.wait()
                 metrics.note(f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same command to resume")

@@ -273,6 +273,11 @@ def check_manifest(out: str, manifest) -> dict:
     return manifest
 
 
+def tokenizer_path(out: str, manifest: dict) -> str:
+    """The tokenizer.json of a prepared output, as its manifest names it."""
+    return FileSystems.join(out, manifest.get("tokenizer", {}).get("file", "tokenizer.json"))
+
+
 def load_manifest(out: str) -> dict:
     path = FileSystems.join(out, "manifest.json")
     try:
@@ -294,7 +299,7 @@ def check_vocab(out: str, manifest: dict) -> None:
     from tokenmill.transforms.tokenize import tokenizer_from_json
 
     tok = manifest.get("tokenizer", {})
-    path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
+    path = tokenizer_path(out, manifest)
     try:
         with FileSystems.open(path) as fh:
             raw = fh.read()
@@ -315,7 +320,7 @@ def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1)) -> l
     ranks share the hashing); the tokenizer with part 0."""
     problems = []
     tok = manifest.get("tokenizer", {})
-    tok_path = FileSystems.join(out, tok.get("file", "tokenizer.json"))
+    tok_path = tokenizer_path(out, manifest)
     i, n = part
     if i == 0:
         if not FileSystems.exists(tok_path):
