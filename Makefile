@@ -13,6 +13,10 @@ $(BIN)/tokenmill: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,train]'
+	# mosaicml-streaming (the MDS export's reader in the tests) without its declared dependencies:
+	# they pull torchvision and a CUDA torch. Its MDS path needs only these compression libraries.
+	$(BIN)/pip install -q --no-deps mosaicml-streaming==0.13.0 Brotli==1.2.1 python-snappy==0.7.3 \
+		cramjam==2.14.0 zstd==1.5.7.2 catalogue==2.0.10
 	@touch $@
 
 setup: $(BIN)/tokenmill

@@ -1,4 +1,4 @@
-"""Export speed: `tokenmill export` (Megatron .bin/.idx, nanoGPT train.bin) in MB of tokens per
+"""Export speed: `tokenmill export` (Megatron .bin/.idx, nanoGPT train.bin, MosaicML MDS) in MB of tokens per
 second, against copying the same shard bytes with shutil (the disk's own pace, the ceiling).
 
     python bench/export.py [--tokens 100000000]
@@ -36,7 +36,7 @@ def main() -> None:
         size = sum(os.path.getsize(f) for f in shards)
         best: dict[str, float] = {}
         for _ in range(2):
-            for name in ("copy", "megatron", "nanogpt"):
+            for name in ("copy", "megatron", "nanogpt", "mds"):
                 dest = os.path.join(work, name)
                 shutil.rmtree(dest, ignore_errors=True)
                 t0 = time.perf_counter()

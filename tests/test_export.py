@@ -1,8 +1,9 @@
 """Shards other trainers read, checked by their real readers: megatron-core's IndexedDataset on
-the .bin/.idx, nanoGPT's np.memmap on train.bin/val.bin (+ meta.pkl), and HF datasets on the
-docs Parquet. Each gives back exactly the Arrow shards' token stream, document boundaries
+the .bin/.idx, nanoGPT's np.memmap on train.bin/val.bin (+ meta.pkl), mosaicml-streaming's
+StreamingDataset on the MDS folders, and HF datasets on the docs Parquet. Each gives back exactly the Arrow shards' token stream, document boundaries
 included; `shards.formats` at prepare time and `tokenmill export` write the same bytes."""
 
+import importlib.util
 import json
 import pickle
 
@@ -13,12 +14,17 @@ import pytest
 from tokenmill.cli import main
 from tokenmill.errors import UserError
 
+# mosaicml-streaming is installed by the Makefile without its dependencies (they pull torchvision
+# and a CUDA torch); a checkout without it skips the MDS checks.
+MDS = importlib.util.find_spec("streaming") is not None
+FORMATS = ["megatron", "nanogpt"] + (["mds"] if MDS else [])
+
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "out"
     assert main(["prepare", "--output", str(out), "--set", "tokenize.vocab_size=700",
-                 "--set", "shards.formats=[megatron, nanogpt]"]) == 0
+                 "--set", f"shards.formats=[{', '.join(FORMATS)}]"]) == 0
     return out
 
 
@@ -59,9 +65,33 @@ def test_nanogpt_bins_are_the_stream_read_as_train_py_does(out):
     assert x.shape == y.shape == (4, block) and (x[:, 1:] == y[:, :-1]).all()
 
 
+def shard_ids(out, split) -> list[str]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    return [i for s in manifest["splits"][split]["shards"]
+            for i in pa.ipc.open_file(pa.memory_map(str(out / s["file"]))).read_all().column("id").to_pylist()]
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_mds_streaming_dataset_reads_every_document(out, split):
+    from tokenmill.pipelines.export import import_streaming
+
+    if not MDS:
+        pytest.skip("mosaicml-streaming is not installed")
+    streaming = import_streaming()
+    ds = streaming.StreamingDataset(local=str(out / "export" / "mds"), split=split, shuffle=False, batch_size=1)
+    docs, ids = shard_docs(out, split), shard_ids(out, split)
+    assert ds.num_samples == len(docs) > 0
+    samples = [ds[i] for i in range(ds.num_samples)]
+    assert [s["tokens"].tolist() for s in samples] == docs and [s["id"] for s in samples] == ids
+    assert samples[0]["tokens"].dtype == np.uint16
+
+
 def test_export_command_writes_the_same_bytes(out, tmp_path, capsys):
     for fmt, files in (("megatron", ["train_text_document.bin", "train_text_document.idx", "val_text_document.idx"]),
-                       ("nanogpt", ["train.bin", "val.bin", "meta.pkl", "tokenizer.json"])):
+                       ("nanogpt", ["train.bin", "val.bin", "meta.pkl", "tokenizer.json"]),
+                     ("mds", ["train/index.json", "train/shard.00000.mds", "val/shard.00000.mds"])):
+        if fmt not in FORMATS:
+            continue
         assert main(["export", str(out), "--format", fmt, "--output", str(tmp_path / fmt)]) == 0
         assert "MB/s" in capsys.readouterr().out
         for f in files:
@@ -86,3 +116,12 @@ def test_uint16_limits_are_one_line(out, tmp_path, capsys):
                  "--set", "shards.formats=[nanogpt]"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nanogpt reads uint16" in err[0]
+
+
+def test_mds_without_mosaicml_streaming_is_one_line(out, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "streaming", None)  # what Python does for a package that is absent
+    assert main(["export", str(out), "--format", "mds", "--output", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install mosaicml-streaming" in err[0]

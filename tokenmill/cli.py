@@ -269,10 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     _trainer_config_args(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("export", help="write the shards as Megatron .bin/.idx or nanoGPT train.bin/val.bin",
+    p = sub.add_parser("export", help="write the shards as Megatron .bin/.idx, nanoGPT train.bin/val.bin or MosaicML MDS",
                        allow_abbrev=False)
     p.add_argument("out", metavar="OUT", help="a prepared output folder")
-    p.add_argument("--format", required=True, choices=["megatron", "nanogpt"])
+    p.add_argument("--format", required=True, choices=["megatron", "nanogpt", "mds"])
     p.add_argument("--output", required=True, metavar="DIR")
     p.set_defaults(func=cmd_export)
 

@@ -238,7 +238,7 @@ class ShardsConfig(Section):
     # about target_bytes of tokens each (at least 4). Fixed up front: it does not wait for totals.
     buckets: int = Field(default=0, ge=0, le=100_000)
     # Also write the shards in these formats, under OUT/export/<format>/ (`tokenmill export`).
-    formats: list[Literal["megatron", "nanogpt"]] = []
+    formats: list[Literal["megatron", "nanogpt", "mds"]] = []
 
 
 class ReportConfig(Section):

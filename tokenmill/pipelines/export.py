@@ -1,4 +1,4 @@
-"""``tokenmill export OUT --format megatron|nanogpt --output DIR``: the shards in the formats other
+"""``tokenmill export OUT --format megatron|nanogpt|mds --output DIR``: the shards in the formats other
 trainers read, holding exactly the token stream of the Arrow shards (documents in shard order,
 each ending with its EOS), document boundaries included. Also at prepare time: ``shards.formats``
 writes them under OUT/export/<format>/.
@@ -6,7 +6,10 @@ writes them under OUT/export/<format>/.
 - megatron: ``<split>_text_document.bin/.idx`` (megatron-core's IndexedDataset, one sequence per
   document, uint16 ids under 65,500 tokens of vocab, else int32, as its preprocess_data picks);
 - nanogpt: ``train.bin``/``val.bin`` (uint16, the documents joined by their EOS) and
-  ``meta.pkl`` (vocab_size, eos_id), read by nanoGPT's train.py with np.memmap.
+  ``meta.pkl`` (vocab_size, eos_id), read by nanoGPT's train.py with np.memmap;
+- mds: ``train/`` and ``val/`` written by mosaicml-streaming's MDSWriter, one sample per document
+  (``tokens`` as an ndarray, the dtype as for megatron, and ``id``), read by its StreamingDataset
+  and by llm-foundry's text dataset.
 
 Everything streams record batch by record batch (the shards are memory-mapped, or read through
 Beam's FileSystems when remote): memory does not grow with the output. The .idx file is written
@@ -16,8 +19,11 @@ per-document list is held either.
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import struct
+import sys
+import types
 from collections.abc import Iterator
 
 import numpy as np
@@ -27,20 +33,26 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill.errors import UserError
 from tokenmill.transforms.shards import load_manifest, tokenizer_path
 
-FORMATS = ("megatron", "nanogpt")
+FORMATS = ("megatron", "nanogpt", "mds")
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 
 
-def _batches(out: str, manifest: dict, split: str) -> Iterator[pa.ListArray]:
-    """The ``tokens`` column of every record batch of a split, in shard order."""
+def _record_batches(out: str, manifest: dict, split: str) -> Iterator[pa.RecordBatch]:
+    """Every record batch of a split, in shard order."""
     for shard in manifest["splits"].get(split, {}).get("shards", []):
         path = FileSystems.join(out, shard["file"])
         opener = FileSystems.open if "://" in path else pa.memory_map
         with opener(path) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
-                yield reader.get_batch(i).column("tokens")
+                yield reader.get_batch(i)
+
+
+def _batches(out: str, manifest: dict, split: str) -> Iterator[pa.ListArray]:
+    """The ``tokens`` column of every record batch of a split, in shard order."""
+    for batch in _record_batches(out, manifest, split):
+        yield batch.column("tokens")
 
 
 def _values(tokens: pa.ListArray) -> np.ndarray:
@@ -101,6 +113,44 @@ def write_nanogpt(out: str, manifest: dict, folder: str) -> int:
     return written
 
 
+def import_streaming() -> types.ModuleType:
+    """mosaicml-streaming, or one line saying how to get it. Its package __init__ imports its
+    image datasets, and so torchvision, which MDS token data never uses: where torchvision is
+    missing or does not match the installed torch, the import is retried without that subpackage."""
+    try:
+        return importlib.import_module("streaming")
+    except ModuleNotFoundError as e:
+        if e.name != "torchvision":
+            raise UserError("--format mds needs mosaicml-streaming: pip install mosaicml-streaming") from None
+    except RuntimeError:  # a torchvision built for another torch fails registering its operators
+        pass
+    for name in [m for m in sys.modules if m == "streaming" or m.startswith("streaming.")]:
+        del sys.modules[name]
+    sys.modules["streaming.vision"] = types.ModuleType("streaming.vision")
+    return importlib.import_module("streaming")
+
+
+def write_mds(out: str, manifest: dict, folder: str) -> int:
+    """One MDS dataset per split under ``folder``/<split>, samples in shard order."""
+    streaming = import_streaming()
+    dtype = megatron_dtype(manifest["tokenizer"]["vocab_size"])
+    columns = {"id": "str", "tokens": f"ndarray:{dtype.name}"}
+    written = 0
+    for split in ("train", "val"):
+        if not manifest["splits"].get(split, {}).get("shards"):
+            continue
+        with streaming.MDSWriter(out=FileSystems.join(folder, split), columns=columns, compression=None) as w:
+            for batch in _record_batches(out, manifest, split):
+                ids = batch.column("id").to_pylist()
+                tokens = batch.column("tokens")
+                values = _values(tokens).astype(dtype, copy=False)
+                offsets = tokens.offsets.to_numpy(zero_copy_only=False) - tokens.offsets[0].as_py()
+                for i, doc_id in enumerate(ids):
+                    w.write({"id": doc_id, "tokens": values[offsets[i]:offsets[i + 1]]})
+                written += values.nbytes
+    return written
+
+
 def export(out: str, fmt: str, folder: str) -> int:
     """One format of OUT into ``folder`` (the tokenizer copied beside it); returns token bytes written."""
     if fmt not in FORMATS:
@@ -111,5 +161,7 @@ def export(out: str, fmt: str, folder: str) -> int:
     FileSystems.copy([tokenizer_path(out, manifest)], [FileSystems.join(folder, "tokenizer.json")])
     if fmt == "nanogpt":
         return write_nanogpt(out, manifest, folder)
+    if fmt == "mds":
+        return write_mds(out, manifest, folder)
     return sum(write_megatron(out, manifest, split, FileSystems.join(folder, f"{split}_text_document"))
                for split in ("train", "val") if manifest["splits"].get(split, {}).get("shards"))

@@ -18,6 +18,7 @@ from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
 from tokenmill.pipelines import launch, output, phases, progress
 from tokenmill.pipelines.export import export as export_format
+from tokenmill.pipelines.export import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, tokenize
@@ -76,6 +77,8 @@ def check_job(cfg: JobConfig) -> InputScan:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
     if cfg.shards.formats and not cfg.shards.enabled:
         raise UserError("shards.formats needs shards.enabled (the formats are written from the shards)")
+    if "mds" in cfg.shards.formats:
+        import_streaming()  # one line now, if mosaicml-streaming is missing, not after the job
     if "nanogpt" in cfg.shards.formats:
         vocab = (tokenize.tokenizer_info(tokenize.read_tokenizer_json(cfg.tokenize.tokenizer), cfg.tokenize.eos_token)
                  ["vocab_size"] if cfg.tokenize.tokenizer else cfg.tokenize.vocab_size)
