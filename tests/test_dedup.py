@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from tokenmill.config import DedupConfig, JobConfig
 from tokenmill.transforms.dedup import (
     ConnectedComponents,
+    Edges,
     Limits,
     MinHasher,
     attach_signature,
@@ -39,6 +40,7 @@ from tokenmill.transforms.dedup import (
     tokens,
     union_find_components,
     verify_edges,
+    verify_in_group,
     verify_local,
 )
 from tokenmill.transforms.dedup.lsh import pack_keys
@@ -123,7 +125,7 @@ def test_copies_do_not_count_towards_a_bucket(tmp_path):
     blob = (b"B", np.zeros(5, np.uint64).tobytes(), np.arange(5, dtype=np.uint32).tobytes(),
             *pack_keys(keys))
     edges, big = bucket_edges([blob], 2)  # 2 distinct texts: all pairs, no star
-    assert big == 0 and sorted(edges) == [(keys[0], keys[1]), (keys[0], keys[3]), (keys[1], keys[2])]
+    assert big == 0 and edges.key_pairs() == [(keys[0], keys[1]), (keys[0], keys[3]), (keys[1], keys[2])]
 
     docs = [_doc("a", "apple cloud kite"), _doc("d", "cloud kite lemon")]
     docs += [_doc(f"b{i:02}", "cloud drum kite") for i in range(15)]
@@ -185,6 +187,8 @@ def test_packed_lsh_and_verification(partitions):
         edges, big = set(), 0
         for blobs in group(batches(lambda k, s: band_blobs(k, s, 14, 8, partitions), batch)):
             e, b = bucket_edges(blobs, max_pairs)
+            assert e.keys == sorted(set(e.keys)) and (e.index[:, 0] < e.index[:, 1]).all()
+            e = e.key_pairs()
             assert len(e) == len(set(e))
             edges |= set(e)
             big += b
@@ -209,7 +213,7 @@ def test_packed_lsh_and_verification(partitions):
     sig_blobs = batches(lambda k, s: signature_blobs(k, s, partitions), 5)
     for t in (0.5, 0.8, 0.95):
         attached = []
-        for blobs in group(sig_blobs + list(edge_blobs(sorted(edges), partitions, 0, None, blob_edges))):
+        for blobs in group(sig_blobs + list(edge_blobs(Edges.from_pairs(sorted(edges)), partitions, blob_edges))):
             attached += attach_signature(blobs, 112, partitions, blob_edges)
         kept, rejected = set(), 0
         for blobs in group(sig_blobs + attached):
@@ -220,13 +224,19 @@ def test_packed_lsh_and_verification(partitions):
         assert len(kept) + rejected == len(edges)
         # One LSH partition: its group holds the signature blobs beside the band blobs.
         one = [blob for _, blob in batches(lambda k, s: band_blobs(k, s, 14, 8, 1), 5)]
-        local, local_rejected = verify_local(one + [b for _, b in sig_blobs], sorted(edges), 112, t)
-        assert set(local) == kept and local_rejected == rejected
+        local, local_rejected = verify_local(one + [b for _, b in sig_blobs], Edges.from_pairs(sorted(edges)), 112, t)
+        assert set(local.key_pairs()) == kept and local_rejected == rejected
+        if partitions == 1:  # one join group: join 1 verifies by itself
+            blobs = [b for _, b in sig_blobs + list(edge_blobs(Edges.from_pairs(sorted(edges)), 1))]
+            whole, whole_rejected = verify_in_group(blobs, 112, t)
+            assert set(whole.key_pairs()) == kept and whole_rejected == rejected
+            assert dict(whole.labels()) == union_find_components(kept)
     # A star forest keeps the components and sends every node to its component's minimum.
     forest = star_forest(edges)
     assert union_find_components(forest) == union_find_components(edges)
     assert all(r == min(k for k, c in union_find_components(edges).items() if c == r) for _, r in forest)
-    assert bucket_edges([], 16) == ([], 0)
+    empty, big = bucket_edges([], 16)
+    assert len(empty) == 0 and big == 0
 
 
 def test_survivor_order():

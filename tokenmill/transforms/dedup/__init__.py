@@ -1,12 +1,14 @@
 """Exact and near-duplicate removal on small records: one module per step.
 
 text (normalised text, exact hash, shingles) -> minhash (signatures) -> records (a document's
-node) -> lsh (candidate edges) -> verify (Jaccard estimate) -> components (connected
-components, union-find) -> survivor (survivor order, verdicts) -> stats (report figures);
+node) -> lsh (candidate edges, held as edges: sorted keys + index pairs, and 16-byte handles
+between groups) -> verify (Jaccard estimate) -> components (connected components; unionfind
+is the one union-find) -> survivor (survivor order, verdicts) -> stats (report figures);
 stage wires them into Beam, limits sizes its groups.
 """
 
-from tokenmill.transforms.dedup.components import ConnectedComponents, star_forest, union_find_components
+from tokenmill.transforms.dedup.components import ConnectedComponents
+from tokenmill.transforms.dedup.edges import Edges, HandleTable, handles
 from tokenmill.transforms.dedup.limits import Limits
 from tokenmill.transforms.dedup.lsh import band_blobs, band_hashes, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.minhash import MinHasher, exact_jaccard, jaccard_estimate
@@ -25,18 +27,21 @@ from tokenmill.transforms.dedup.survivor import (
     node_key,
 )
 from tokenmill.transforms.dedup.text import exact_hash, has_tokens, normalise_exact, shingles, tokens
+from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
 from tokenmill.transforms.dedup.verify import (
     attach_signature,
     edge_blobs,
     signature_blobs,
     verify_edges,
+    verify_in_group,
     verify_local,
 )
 
 __all__ = [
-    "EXACT", "NEAR", "ConnectedComponents", "Dedup", "Limits", "MinHasher", "Node", "NodesFn", "Recorder", "Verdict",
+    "EXACT", "NEAR", "ConnectedComponents", "Dedup", "Edges", "HandleTable", "handles", "Limits", "MinHasher", "Node", "NodesFn", "Recorder", "Verdict",
     "VerdictBook", "attach_signature", "band_blobs", "band_hashes", "bucket_edges", "choose_survivor",
     "cluster_stats", "edge_blobs", "exact_hash", "exact_jaccard", "exact_reps", "group_verdicts", "has_tokens",
     "jaccard_estimate", "node_hash", "node_id", "node_key", "normalise_exact", "shingles", "signature_blobs",
-    "size_bucket", "star_forest", "takes_part", "tokens", "union_find_components", "verify_edges", "verify_local",
+    "size_bucket", "star_forest", "takes_part", "tokens", "union_find_components", "verify_edges", "verify_in_group",
+    "verify_local",
 ]

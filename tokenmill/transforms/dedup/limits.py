@@ -12,7 +12,8 @@ class Limits(NamedTuple):
     partition_records: int = 1 << 19
     # Signatures per verification-join group (~64 MB with their keys at 112 permutations).
     join_nodes: int = 1 << 17
-    # Edges per blob in the joins: ~30 MB with their first end's signatures.
+    # Edges per blob in the joins: 2 MB of handle pairs, and at most as many first ends with their
+    # signatures (~30 MB) in join 2.
     edge_blob: int = 1 << 16
     # Nodes per band_blobs call: ~4 MB of signatures, and few blobs per partition in a small job.
     batch_nodes: int = 8192

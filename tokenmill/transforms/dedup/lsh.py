@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from tokenmill.transforms.dedup.edges import Edges
 from tokenmill.transforms.dedup.survivor import node_hash
 
 # Blobs are tagged by their first field: band keys (LSH), and the verification's signatures
-# and edges (in the joins keyed by home(node), or beside the band keys in a one-partition LSH).
-BAND_BLOB, SIG_BLOB, EDGE_BLOB = b"B", b"S", b"E"
+# and edges (in the joins keyed by a node's home, or beside the band keys in a one-partition
+# LSH): candidate edges as handle pairs, and edges carrying their first end's key and signature.
+BAND_BLOB, SIG_BLOB, EDGE_BLOB, ATTACHED_BLOB = b"B", b"S", b"E", b"A"
 
 # The constants are xxh64's primes; any good 64-bit mix will do, as a false collision
 # (2^-64 per pair and band) only adds a candidate that verification rejects.
@@ -108,7 +110,7 @@ def band_blobs(
         yield int(ps[s]), (BAND_BLOB, h[sel].tobytes(), local.tobytes(), *pack_keys([keys[i] for i in here.tolist()]))
 
 
-def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[list[tuple[bytes, bytes]], int]:
+def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[Edges, int]:
     """The band blobs of one LSH partition (others are skipped) -> (candidate edges (a, b) with
     a < b, big buckets).
 
@@ -125,7 +127,7 @@ def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[list[tuple
         nodes.append(np.frombuffer(idx, dtype=np.uint32).astype(np.int64) + len(keys))
         keys.extend(unpack_keys(cat, offs))
     if not hashes:
-        return [], 0
+        return Edges([], np.empty((0, 2), np.int64)), 0
     h = np.concatenate(hashes)
     node = np.concatenate(nodes)
     order = np.argsort(h, kind="stable")
@@ -157,4 +159,4 @@ def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[list[tuple
             big += 1
             pairs.update((reps[0], b) for b in reps[1:])
     # By key, not index: a record read twice is two indices with one key.
-    return sorted({(keys[a], keys[b]) for a, b in pairs}), big
+    return Edges.from_rows(keys, np.array(list(pairs), dtype=np.int64)), big

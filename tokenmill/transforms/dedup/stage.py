@@ -24,11 +24,13 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsSingleton, TaggedOutput
 
 from tokenmill.config import DedupConfig
-from tokenmill.transforms.dedup.components import NS, ConnectedComponents, star_forest, union_find_components
+from tokenmill.transforms.dedup.components import NS, ConnectedComponents
+from tokenmill.transforms.dedup.edges import Edges
 from tokenmill.transforms.dedup.limits import Limits
 from tokenmill.transforms.dedup.lsh import band_blobs, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.records import Recorder
 from tokenmill.transforms.dedup.survivor import group_verdicts, node_hash
+from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
 from tokenmill.transforms.dedup.verify import (
     attach_signature,
     edge_blobs,
@@ -103,12 +105,13 @@ class _EdgeSink(beam.DoFn):
         self._kept = Metrics.counter(NS, "verify_kept_edges")
         self._rejected = Metrics.counter(NS, "verify_rejected_edges")
 
-    def _emit(self, kept, whole: bool):
+    def _emit(self, kept: Edges | list[tuple[bytes, bytes]], whole: bool):
         if whole:
-            for label in union_find_components(kept).items():
+            labels = kept.labels() if isinstance(kept, Edges) else union_find_components(kept).items()
+            for label in labels:
                 yield TaggedOutput(self.LABELS, _label_for_join(label))
         else:
-            yield from star_forest(kept)
+            yield from kept.star_forest() if isinstance(kept, Edges) else star_forest(kept)
 
     def _verified(self, kept, rejected: int, whole: bool):
         self._kept.inc(len(kept))
@@ -118,7 +121,7 @@ class _EdgeSink(beam.DoFn):
 
 class _BucketEdges(_EdgeSink):
     """One LSH partition -> its candidate edges. Verified here when the LSH has one partition
-    (the signatures came along), else sent to the joins as edge blobs by home(a); unverified,
+    (the signatures came along), else sent to the joins as handle pairs by home(a); unverified,
     they go on as they are."""
 
     def __init__(self, cfg: DedupConfig, limits: Limits):
@@ -145,7 +148,7 @@ class _BucketEdges(_EdgeSink):
         elif whole:
             yield from self._verified(*verify_local(kv[1], edges, self._num_perm, self._threshold), True)
         else:
-            yield from edge_blobs(edges, self._limits.join_partitions(nodes), 0, None, self._limits.edge_blob)
+            yield from edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob)
 
 
 class _JoinSink(_EdgeSink):
@@ -174,11 +177,6 @@ class _VerifyEdges(_JoinSink):
     def process(self, kv, nodes):
         kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
         yield from self._verified(kept, rejected, self._limits.join_partitions(nodes) == 1)
-
-
-def _label_for_join(kv):
-    node, label = kv
-    return node_hash(node), (2, label)
 
 
 def _label_for_join(kv):

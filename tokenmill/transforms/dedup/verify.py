@@ -1,121 +1,139 @@
 """Verification of candidate edges by the signatures' Jaccard estimate, in two joins keyed by a
-node's home group (hash % groups): join 1 by the edge's first node attaches its signature, join 2
-by the second compares. Signatures and edges travel as blobs, each signature once per join. A
-job whose LSH has one partition needs no join: that partition's group holds every signature."""
+node's home group (its handle's hash % groups): join 1 by the edge's first node attaches its key
+and signature, join 2 by the second compares. Candidate edges travel as handle pairs; signatures
+travel as blobs, each once per join (join 1 sends a first end's signature once per blob, not
+once per edge). A job whose LSH has one partition needs no join: that partition's group holds
+every signature, and so does a job whose signatures fit one join group."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import numpy as np
-import xxhash
 
-from tokenmill.transforms.dedup.lsh import EDGE_BLOB, SIG_BLOB, pack_keys, unpack_keys
-
-
-def home(key: bytes, partitions: int) -> int:
-    """The verification-join group of a node key."""
-    return xxhash.xxh3_64_intdigest(key) % partitions
+from tokenmill.transforms.dedup.edges import HANDLE, Edges, HandleTable, handles, homes
+from tokenmill.transforms.dedup.lsh import ATTACHED_BLOB, EDGE_BLOB, SIG_BLOB, pack_keys, unpack_keys
 
 
-def _by_home(keys: list[bytes], partitions: int) -> dict[int, list[int]]:
-    groups: dict[int, list[int]] = {}
-    for i, k in enumerate(keys):
-        groups.setdefault(home(k, partitions) if partitions > 1 else 0, []).append(i)
-    return groups
+def _by_home(hs: np.ndarray, partitions: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(group, indices of ``hs`` homed there), groups in ascending order."""
+    q = homes(hs, partitions)
+    order = np.argsort(q, kind="stable")
+    starts = np.flatnonzero(np.r_[True, q[order][1:] != q[order][:-1]]) if len(q) else np.empty(0, np.int64)
+    for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(q)]):
+        yield int(q[order[s]]), order[s:e]
 
 
 def signature_blobs(keys: list[bytes], sigs: list[bytes], partitions: int) -> Iterator[tuple[int, tuple]]:
     """A batch of (node, signature) -> (group, (SIG_BLOB, keys packed, signatures)) by home."""
-    for q, idx in _by_home(keys, partitions).items():
+    for q, idx in _by_home(handles(keys), partitions):
+        idx = idx.tolist()
         yield q, (SIG_BLOB, *pack_keys([keys[i] for i in idx]), b"".join(sigs[i] for i in idx))
 
 
-def edge_blobs(
-    edges: list[tuple[bytes, bytes]], partitions: int, to_end: int, sig_a: np.ndarray | None = None,
-    blob_edges: int = 1 << 16,
-) -> Iterator[tuple[int, tuple]]:
-    """Edges (with ``a``'s signatures, in join 2) -> (group, (EDGE_BLOB, a packed, b packed,
-    sig_a bytes)), grouped by the home of end ``to_end`` (0: a, 1: b)."""
-    ends = [e[to_end] for e in edges]
-    for q, group in _by_home(ends, partitions).items():
+def edge_blobs(edges: Edges, partitions: int, blob_edges: int = 1 << 16) -> Iterator[tuple[int, tuple]]:
+    """Candidate edges -> (group, (EDGE_BLOB, a handles, b handles)) by the home of a."""
+    ha, hb = edges.end_handles()
+    for q, idx in _by_home(ha, partitions):
         # In blobs of at most blob_edges edges: a big bucket's star (every edge from one hub
         # goes to one home) must not become a single element of gigabytes.
-        for i in range(0, len(group), blob_edges):
-            idx = group[i : i + blob_edges]
-            yield q, (
-                EDGE_BLOB,
-                *pack_keys([edges[j][0] for j in idx]),
-                *pack_keys([edges[j][1] for j in idx]),
-                sig_a[idx].tobytes() if sig_a is not None else b"",
-            )
+        for i in range(0, len(idx), blob_edges):
+            part = idx[i : i + blob_edges]
+            yield q, (EDGE_BLOB, ha[part].tobytes(), hb[part].tobytes())
 
 
-def _read_join_group(blobs, num_perm: int):
-    """One join group -> ({node: row}, signature matrix, [(a keys, b keys, sig_a bytes)])."""
-    keys: list[bytes] = []
-    sig_parts, edge_parts = [], []
-    for blob in blobs:
-        if blob[0] == SIG_BLOB:
-            keys.extend(unpack_keys(blob[1], blob[2]))
-            sig_parts.append(blob[3])
-        elif blob[0] == EDGE_BLOB:
-            edge_parts.append((unpack_keys(blob[1], blob[2]), unpack_keys(blob[3], blob[4]), blob[5]))
-    sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(keys), num_perm)
-    return {k: i for i, k in enumerate(keys)}, sig, edge_parts
+class _JoinGroup:
+    """One join group's signatures (its nodes' keys, their signature matrix, rows by handle) and
+    the edge blobs that came to it."""
+
+    def __init__(self, blobs, num_perm: int):
+        self.keys: list[bytes] = []
+        sig_parts, self.edges, self.attached = [], [], []
+        for blob in blobs:
+            if blob[0] == SIG_BLOB:
+                self.keys.extend(unpack_keys(blob[1], blob[2]))
+                sig_parts.append(blob[3])
+            elif blob[0] == EDGE_BLOB:
+                self.edges.append((_handles(blob[1]), _handles(blob[2])))
+            elif blob[0] == ATTACHED_BLOB:
+                self.attached.append(blob[1:])
+        self.sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(self.keys), num_perm)
+        self.table = HandleTable(self.keys)
+
+
+def _handles(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=f"S{HANDLE}")
 
 
 def attach_signature(blobs, num_perm: int, partitions: int, blob_edges: int = 1 << 16) -> Iterator[tuple[int, tuple]]:
-    """Join 1, a group keyed by home(a): each edge picks up a's signature and moves to home(b)."""
-    row, sig, edge_parts = _read_join_group(blobs, num_perm)
-    for a_keys, b_keys, _ in edge_parts:
-        found = [i for i, a in enumerate(a_keys) if a in row]  # a node without a signature: no edge
-        edges = [(a_keys[i], b_keys[i]) for i in found]
-        yield from edge_blobs(edges, partitions, 1, sig[[row[a_keys[i]] for i in found]], blob_edges)
+    """Join 1, a group keyed by home(a): each edge picks up a's key and signature and moves to
+    home(b), as (ATTACHED_BLOB, distinct a keys packed, their signatures, a index per edge
+    (uint32), b handles)."""
+    g = _JoinGroup(blobs, num_perm)
+    for ha, hb in g.edges:
+        ra = g.table.rows(ha)
+        found = ra >= 0  # a node without a signature: no edge
+        ra, hb = ra[found], hb[found]
+        for q, idx in _by_home(hb, partitions):
+            for i in range(0, len(idx), blob_edges):
+                part = idx[i : i + blob_edges]
+                distinct, local = np.unique(ra[part], return_inverse=True)
+                yield q, (ATTACHED_BLOB, *pack_keys([g.keys[r] for r in distinct.tolist()]),
+                          g.sig[distinct].tobytes(), local.astype(np.uint32).tobytes(), hb[part].tobytes())
 
 
 def verify_edges(blobs, num_perm: int, threshold: float) -> tuple[list[tuple[bytes, bytes]], int]:
-    """Join 2, a group keyed by home(b): the edges whose signatures' Jaccard estimate reaches
-    ``threshold`` (computed as ``jaccard_estimate``), and how many were rejected."""
-    row, sig, edge_parts = _read_join_group(blobs, num_perm)
+    """Join 2, a group keyed by home(b): the edges (a, b) whose signatures' Jaccard estimate
+    reaches ``threshold`` (computed as ``jaccard_estimate``), and how many were rejected."""
+    g = _JoinGroup(blobs, num_perm)
     kept: list[tuple[bytes, bytes]] = []
     rejected = 0
-    for a_keys, b_keys, sig_a in edge_parts:
-        found = [i for i, b in enumerate(b_keys) if b in row]
-        sa = np.frombuffer(sig_a, dtype="<u4").reshape(len(a_keys), num_perm)[found]
-        sb = sig[[row[b_keys[i]] for i in found]]
-        rejected += _keep_similar([(a_keys[i], b_keys[i]) for i in found], sa, sb, threshold, kept)
+    for a_cat, a_offs, a_sigs, a_idx, hb in g.attached:
+        a_keys = unpack_keys(a_cat, a_offs)
+        rb = g.table.rows(_handles(hb))
+        found = rb >= 0
+        ia = np.frombuffer(a_idx, dtype=np.uint32)[found]
+        rb = rb[found]
+        sa = np.frombuffer(a_sigs, dtype="<u4").reshape(len(a_keys), num_perm)
+        ok = _similar(sa[ia], g.sig[rb], threshold)
+        kept.extend((a_keys[a], g.keys[b]) for a, b in zip(ia[ok].tolist(), rb[ok].tolist()))
+        rejected += int(len(ok) - ok.sum())
     return kept, rejected
 
 
-def verify_local(blobs, edges: list[tuple[bytes, bytes]], num_perm: int, threshold: float):
+def verify_local(blobs, edges: Edges, num_perm: int, threshold: float) -> tuple[Edges, int]:
     """``verify_edges`` for a one-partition LSH, whose group holds every signature beside the
     band keys: (kept edges, rejected count)."""
-    row, sig, _ = _read_join_group(blobs, num_perm)
-    return _verify_by_rows(edges, row, sig, threshold)
+    g = _JoinGroup(blobs, num_perm)
+    rows = g.table.rows(handles(edges.keys))[edges.index] if len(edges) else np.empty((0, 2), np.int64)
+    ok = _verify_rows(rows, g.sig, threshold)
+    return edges.select(ok), int(len(ok) - ok.sum())
 
 
-def verify_in_group(blobs, num_perm: int, threshold: float) -> tuple[list[tuple[bytes, bytes]], int]:
+def verify_in_group(blobs, num_perm: int, threshold: float) -> tuple[Edges, int]:
     """Join 1 when the signature table is one group: that group holds both ends' signatures, so
-    it verifies the edges itself (no second join, and no signature copied onto every edge:
-    at 49k nodes and 261k candidate edges that copy alone was 117 MB)."""
-    row, sig, edge_parts = _read_join_group(blobs, num_perm)
-    edges = [(a, b) for a_keys, b_keys, _ in edge_parts for a, b in zip(a_keys, b_keys) if a in row and b in row]
-    return _verify_by_rows(edges, row, sig, threshold)
+    it verifies the edges itself (no second join, and no signature copied onto an edge)."""
+    g = _JoinGroup(blobs, num_perm)
+    rows = [np.stack([g.table.rows(ha), g.table.rows(hb)], axis=1) for ha, hb in g.edges]
+    rows = np.concatenate(rows) if rows else np.empty((0, 2), np.int64)
+    rows = rows[(rows >= 0).all(axis=1)]
+    ok = _verify_rows(rows, g.sig, threshold)
+    return Edges.from_rows(g.keys, rows[ok]), int(len(ok) - ok.sum())
 
 
-def _verify_by_rows(edges, row: dict, sig: np.ndarray, threshold: float, chunk: int = 1 << 15):
-    kept: list[tuple[bytes, bytes]] = []
-    rejected = 0
-    for i in range(0, len(edges), chunk):  # in chunks: two signature rows per edge add up
-        part = edges[i : i + chunk]
-        rejected += _keep_similar(part, sig[[row[a] for a, _ in part]], sig[[row[b] for _, b in part]], threshold, kept)
-    return kept, rejected
+def _verify_rows(rows: np.ndarray, sig: np.ndarray, threshold: float, chunk: int = 1 << 15) -> np.ndarray:
+    """Which edges (rows of ``sig`` per end) are similar, in chunks: two signature rows per
+    edge add up."""
+    ok = np.zeros(len(rows), dtype=bool)
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        ok[i : i + chunk] = _similar(sig[part[:, 0]], sig[part[:, 1]], threshold)
+    return ok
 
 
-def _keep_similar(edges, sa: np.ndarray, sb: np.ndarray, threshold: float, kept: list) -> int:
-    """Appends to ``kept`` the edges whose signature rows (sa[i], sb[i]) agree in a fraction
-    >= threshold of places (as ``jaccard_estimate``); returns how many it rejected."""
-    ok = (np.count_nonzero(sa == sb, axis=1) / sa.shape[1] >= threshold).tolist()
-    kept.extend(e for e, k in zip(edges, ok) if k)
-    return len(ok) - sum(ok)
+def _similar(sa: np.ndarray, sb: np.ndarray, threshold: float) -> np.ndarray:
+    """Whether signature rows (sa[i], sb[i]) agree in a fraction >= threshold of places (as
+    ``jaccard_estimate``)."""
+    if not len(sa):
+        return np.zeros(0, dtype=bool)
+    return np.count_nonzero(sa == sb, axis=1) / sa.shape[1] >= threshold
