@@ -29,7 +29,11 @@ def test_counts_merge_and_funnel():
 @pytest.fixture(scope="module")
 def sample_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "out"
-    rc, rows, report = run_prepare(out, [], sets=["tokenize.vocab_size=1000"])
+    # With a URL block list and an evaluation file, so their reasons and section show too.
+    (out.parent / "block.txt").write_text("harbourtimes.example\n")
+    (out.parent / "eval.txt").write_text("When we brought home three hens two springs ago, I assumed the hard part\n")
+    rc, rows, report = run_prepare(out, [], sets=["tokenize.vocab_size=1000", f"url.block_files=[{out.parent / 'block.txt'}]",
+                                                  f"decontaminate.files=[{out.parent / 'eval.txt'}]"])
     assert rc == 0
     return out, rows, report
 
@@ -55,7 +59,8 @@ def test_report_json_and_samples(sample_out):
 def test_report_page_is_self_contained(sample_out):
     page = (sample_out[0] / "report" / "report.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # no CDN, works offline
-    for section in ("funnel", "reasons", "languages", "signals", "metrics", "pii", "dedup", "samples"):
+    for section in ("funnel", "reasons", "languages", "signals", "metrics", "pii", "decontamination", "dedup",
+                    "samples"):
         assert f'id="{section}"' in page
 
 
@@ -71,6 +76,7 @@ def test_terminal_summary(sample_out, capsys):
 def test_report_renders_in_headless_chromium(sample_out, tmp_path):
     dom = render_in_chromium(sample_out[0] / "report" / "report.html", tmp_path)
     assert dom.count("<svg") >= 5 and "Funnel" in dom
+    assert "Evaluation overlap" in dom and "eval.txt" in dom and "blocked" in dom and "overlap" in dom
 
 
 def test_duplicate_text_ratio_across_merged_accumulators(monkeypatch):

@@ -48,6 +48,29 @@ class ReadConfig(Section):
         return v
 
 
+def _on_with(section: Section, field: str, name: str):
+    """A section that is off by default turns on when its files are given (unless the user set
+    ``enabled`` themselves), and cannot be on without them."""
+    if getattr(section, field) and "enabled" not in section.model_fields_set:
+        section.__dict__["enabled"] = True  # not setattr: that would validate the model again
+    if section.enabled and not getattr(section, field):
+        raise ValueError(f"{name}.enabled needs {name}.{field}")
+    return section
+
+
+class UrlConfig(Section):
+    # On once a block list is given (see transforms/urlfilter.py for the entry syntax): files
+    # of domains, URL prefixes and re: regexes; documents matching one are url:blocked.
+    enabled: bool = False
+    block_files: list[str] = []
+    # Exceptions to the block list, same syntax.
+    allow_files: list[str] = []
+
+    @model_validator(mode="after")
+    def _needs_a_list(self) -> UrlConfig:
+        return _on_with(self, "block_files", "url")
+
+
 class ExtractConfig(Section):
     # Pages larger than this (raw bytes) are dropped as extract:too_large: parse time is linear
     # in size, so this bounds the time any single page can take in the C parser.
@@ -173,6 +196,26 @@ class PiiConfig(Section):
         "email", "phone", "ip", "card", "iban", "secret"]
 
 
+class DecontaminateConfig(Section):
+    # On once evaluation files are given: JSONL/Parquet (the `fields` of each record) or text
+    # (one item per line). Documents holding an item's n-gram are dropped, or the span cut.
+    enabled: bool = False
+    files: list[str] = []
+    fields: list[str] = Field(default=["text", "question", "answer", "prompt", "completion"], min_length=1)
+    # Word n-grams, normalised as dedup's tokens (lower case, punctuation dropped, digits to 0).
+    n: int = Field(default=13, ge=3, le=64)
+    # An item shorter than n words is matched whole, if it has at least this many words.
+    min_words: int = Field(default=8, ge=1)
+    mode: Literal["drop", "cut"] = "drop"
+
+    @model_validator(mode="after")
+    def _needs_files(self) -> DecontaminateConfig:
+        _on_with(self, "files", "decontaminate")
+        if len(self.files) > 64:
+            raise ValueError("decontaminate.files: at most 64 files (name them by task, not by item)")
+        return self
+
+
 class DedupConfig(Section):
     """Exact + MinHash-LSH near-duplicate removal (tokenmill/transforms/dedup.py)."""
 
@@ -251,11 +294,13 @@ class JobConfig(BaseModel):
     inputs: list[str] = []
     output: str = "out"
     read: ReadConfig = ReadConfig()
+    url: UrlConfig = UrlConfig()
     extract: ExtractConfig = ExtractConfig()
     normalize: NormalizeConfig = NormalizeConfig()
     language: LanguageConfig = LanguageConfig()
     quality: QualityConfig = QualityConfig()
     pii: PiiConfig = PiiConfig()
+    decontaminate: DecontaminateConfig = DecontaminateConfig()
     dedup: DedupConfig = DedupConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     shards: ShardsConfig = ShardsConfig()

@@ -20,9 +20,10 @@ from tokenmill.pipelines import launch, output, phases, progress
 from tokenmill.pipelines.export import export as export_format
 from tokenmill.pipelines.export import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
+from tokenmill.transforms import decontaminate, shards, tokenize
 from tokenmill.transforms import doc as docmod
-from tokenmill.transforms import shards, tokenize
 from tokenmill.transforms.buckets import TMP, bucket_count
+from tokenmill.transforms.decontaminate import DecontaminateFn
 from tokenmill.transforms.dedup import Dedup, cluster_stats
 from tokenmill.transforms.extract import ExtractFn
 from tokenmill.transforms.langid import LanguageFn, check_languages
@@ -32,6 +33,7 @@ from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.stage import count
+from tokenmill.transforms.urlfilter import UrlFn, read_list
 
 INPUT_LIST = "inputs.jsonl"
 
@@ -71,6 +73,13 @@ def check_job(cfg: JobConfig) -> InputScan:
         raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
     if cfg.language.enabled:
         check_languages(cfg.language)
+    if cfg.url.enabled:  # every list reads and every regex compiles, before the job starts
+        read_list(cfg.url.block_files + cfg.url.allow_files)
+    if cfg.decontaminate.enabled:
+        grams = decontaminate.load(cfg.decontaminate)
+        if not any(grams.items):
+            raise UserError(f"decontaminate.files: no item of {cfg.decontaminate.min_words}+ words in fields "
+                            f"{', '.join(cfg.decontaminate.fields)} of {', '.join(cfg.decontaminate.files)}")
     if cfg.tokenize.enabled and cfg.tokenize.tokenizer:
         tokenize.check_tokenizer(cfg.tokenize.tokenizer, cfg.tokenize.eos_token)
     if cfg.shards.enabled and not cfg.tokenize.enabled:
@@ -102,9 +111,13 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
         # reading, and one big file would again be one worker's job.
         | "Spread" >> beam.Reshuffle()
         | "Read" >> beam.ParDo(ReadFn(cfg.read, progress_to))
-        | "Extract" >> beam.ParDo(ExtractFn(cfg.extract))
     )
-    stages = ["read", "extract"]
+    stages = ["read"]
+    if cfg.url.enabled:  # before extraction: a blocked page is not parsed
+        docs = docs | "Url" >> beam.ParDo(UrlFn(cfg.url))
+        stages.append("url")
+    docs = docs | "Extract" >> beam.ParDo(ExtractFn(cfg.extract))
+    stages.append("extract")
     extra_fields: list[pa.Field] = []
     if cfg.normalize.enabled:
         docs = docs | "Normalize" >> beam.ParDo(NormalizeFn(cfg.normalize))
@@ -119,6 +132,10 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
     if cfg.pii.enabled:
         docs = docs | "Pii" >> beam.ParDo(PiiFn(cfg.pii))
         stages.append("pii")
+    if cfg.decontaminate.enabled:
+        docs = docs | "Decontaminate" >> beam.ParDo(DecontaminateFn(cfg.decontaminate))
+        stages.append("decontaminate")
+        extra_fields.append(pa.field("decontaminated", pa.list_(pa.string())))
     # Clean phase ends here: every document waits in a candidate file of its bucket, and only
     # small records go on (a locator, a live document's dedup node, a bounded tokenizer sample).
     # Documents never cross a shuffle or wait for a side input: local runners would hold them

@@ -18,7 +18,8 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 # Stage order of the pipeline: the funnel follows it.
-STAGES = ["read", "extract", "normalize", "language", "quality", "pii", "dedup", "tokenize", "shards"]
+STAGES = ["read", "url", "extract", "normalize", "language", "quality", "pii", "decontaminate", "dedup", "tokenize",
+          "shards"]
 SAMPLE_CHARS = 600
 # Exact duplicate ratio needs every survivor's 8-byte text hash; past this many it is not computed.
 MAX_HASHES = 2_000_000
@@ -53,7 +54,7 @@ def new_acc() -> dict[str, Any]:
             # 8-byte text hashes of kept docs, concatenated: 8 bytes each instead of ~49 as a list
             # of bytes objects, in every worker's accumulator and in the merge.
             "text_hashes": bytearray(),
-            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}}
+            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}, "decont": {}}
 
 
 def _sample(doc: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +74,8 @@ def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[st
     reason = doc.get("dropped_by")
     for kind, n in (doc.get("pii") or {}).items():
         acc["pii"][kind] = acc["pii"].get(kind, 0) + n
+    for name in doc.get("decontaminated") or ():  # the evaluation files it overlapped
+        acc["decont"][name] = acc["decont"].get(name, 0) + 1
     side = "dropped" if reason else "kept"
     for name, spec in HISTOGRAMS.items():
         value = doc.get(name)
@@ -118,7 +121,7 @@ def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
                 out["text_hashes"] = None
         else:
             out["text_hashes"] = None
-        for key in ("dropped", "langs", "pii"):
+        for key in ("dropped", "langs", "pii", "decont"):
             for k, v in a[key].items():
                 out[key][k] = out[key].get(k, 0) + v
         for name, h in a["hist"].items():
@@ -154,6 +157,7 @@ def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None 
         "languages": dict(sorted(acc["langs"].items(), key=lambda kv: (-kv[1], kv[0]))),
         "samples": {r: len(s) for r, s in sorted(acc["samples"].items())},
         "pii_redactions": dict(sorted(acc["pii"].items())),
+        "decontamination": dict(sorted(acc["decont"].items(), key=lambda kv: (-kv[1], kv[0]))),
         "histograms": {name: {"low": HISTOGRAMS[name][0], "high": HISTOGRAMS[name][1], "log10": HISTOGRAMS[name][3],
                               **h} for name, h in acc["hist"].items()},
         "corpus_metrics": corpus_metrics(acc),
@@ -257,6 +261,8 @@ def print_summary(report: dict[str, Any], console=None) -> None:
         console.print(f"Tokens kept: {report['tokens_kept']:,}")
     if report.get("pii_redactions"):
         console.print("PII redacted: " + ", ".join(f"{k} {v:,}" for k, v in report["pii_redactions"].items()))
+    if report.get("decontamination"):
+        console.print("Evaluation overlap: " + ", ".join(f"{k} {v:,}" for k, v in report["decontamination"].items()))
     dedup = report.get("dedup")
     if dedup:
         console.print(f"Duplicates: {dedup['clusters']:,} clusters, removed {dedup['removed_exact']:,} exact + "

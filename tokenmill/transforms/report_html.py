@@ -128,6 +128,9 @@ def render(report: dict[str, Any], samples: dict[str, list[dict]], per_reason: i
     if report.get("pii_redactions"):
         out.append('<section id="pii"><h2>PII redacted</h2>'
                    + bar_rows(list(report["pii_redactions"].items()), 0, "#6f42c1") + "</section>")
+    if report.get("decontamination"):
+        out.append('<section id="decontamination"><h2>Evaluation overlap (documents per file)</h2>'
+                   + bar_rows(list(report["decontamination"].items()), 0, "#bf3989") + "</section>")
     dedup = report.get("dedup")
     if dedup:
         rows = [[esc(c["cluster"]), c["size"], esc(", ".join(c["member_ids"]))] for c in dedup.get("largest", [])[:10]]

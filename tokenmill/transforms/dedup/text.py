@@ -43,6 +43,13 @@ def lower_tokens(low: str) -> list[str]:
     return _WORD.findall(_DIGIT.sub("0", low))
 
 
+def token_spans(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """``tokens`` with their character spans in ``text`` (matched on ``text`` itself, each
+    token lower-cased: the same tokens but where lower-casing changes a text's length)."""
+    found = list(_WORD.finditer(text))
+    return [_DIGIT.sub("0", m.group().lower()) for m in found], [m.span() for m in found]
+
+
 def has_tokens(text: str | None) -> bool:
     """Whether ``text`` has any near-dup token (else it gets no signature)."""
     return bool(_WORD.search(text or ""))

@@ -1,0 +1,107 @@
+"""URL block and allow lists: a document whose URL matches a block entry, and no allow entry, is
+dropped as ``url:blocked`` before its HTML is extracted.
+
+A list file holds one entry per line (a line starting with ``#`` is a comment; gzip and zstd
+files are read too):
+
+- ``re:<regex>``: searched in the whole URL (``re:^https?://[^/]*casino``);
+- an entry with a ``/``: a URL prefix, matched without the scheme and a leading ``www.``
+  (``example.com/ads/`` blocks ``https://www.example.com/ads/1``);
+- anything else: a domain and all its subdomains (``example.com`` blocks ``a.example.com``).
+
+Allow entries are exceptions to the block list (an allowed blog on a blocked host). A document
+without a URL is never blocked. Domains are looked up per label suffix in a set and prefixes
+per host, so a list of millions of domains costs a set lookup per label, not a scan.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from tokenmill.config import UrlConfig
+from tokenmill.errors import UserError
+from tokenmill.transforms.doc import drop
+from tokenmill.transforms.stage import StageFn
+from tokenmill.transforms.userfiles import lines
+
+STAGE = "url"
+
+
+def _host_path(url: str) -> tuple[str, str]:
+    """(host lower-cased without ``www.`` and port, the rest of the URL from its path on)."""
+    parts = urlsplit(url.strip() if "://" in url else "//" + url.strip())
+    host = (parts.hostname or "").rstrip(".")
+    host = host[4:] if host.startswith("www.") else host
+    rest = parts.path or "/"
+    if parts.query:
+        rest += "?" + parts.query
+    return host, rest
+
+
+class UrlList:
+    """Domains, URL prefixes and regexes from list files; ``match(url)`` says whether any hits."""
+
+    def __init__(self, entries: list[tuple[str, str, int]]):
+        """``entries``: (entry, file, line) triples, for the one-line error on a bad regex."""
+        self.domains: set[str] = set()
+        self.prefixes: dict[str, list[str]] = {}
+        patterns = []
+        for entry, file, line in entries:
+            if entry.startswith("re:"):
+                try:
+                    re.compile(entry[3:])
+                except re.error as e:
+                    raise UserError(f"{file}:{line}: bad regex {entry[3:]!r} ({e})") from None
+                patterns.append(f"(?:{entry[3:]})")
+            elif "/" in entry:
+                host, rest = _host_path(entry)
+                self.prefixes.setdefault(host, []).append(rest)
+            else:
+                self.domains.add(_host_path(entry)[0])
+        self.regex = re.compile("|".join(patterns)) if patterns else None
+
+    def __len__(self) -> int:
+        return len(self.domains) + sum(map(len, self.prefixes.values())) + (self.regex is not None)
+
+    def match(self, url: str) -> bool:
+        host, rest = _host_path(url)
+        labels = host.split(".")
+        if any(".".join(labels[i:]) in self.domains for i in range(len(labels))):
+            return True
+        if any(rest.startswith(p) for p in self.prefixes.get(host, ())):
+            return True
+        return self.regex is not None and self.regex.search(url) is not None
+
+
+def read_list(paths: list[str]) -> UrlList:
+    """The entries of every file in ``paths`` as one list; a missing file is one line."""
+    entries = []
+    for path in paths:
+        for n, line in lines(path, "url list"):
+            entry = line.strip()
+            if entry and not entry.startswith("#"):
+                entries.append((entry, path, n))
+    return UrlList(entries)
+
+
+def blocked(url: str | None, block: UrlList, allow: UrlList | None) -> bool:
+    """The pure core: whether a document with this URL is dropped."""
+    if not url or not block.match(url):
+        return False
+    return allow is None or not allow.match(url)
+
+
+class UrlFn(StageFn):
+    stage = STAGE
+
+    def __init__(self, cfg: UrlConfig):
+        self.cfg = cfg
+
+    def setup(self):
+        self._block = read_list(self.cfg.block_files)
+        self._allow = read_list(self.cfg.allow_files) if self.cfg.allow_files else None
+
+    def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return drop(doc, STAGE, "blocked") if blocked(doc.get("url"), self._block, self._allow) else doc
