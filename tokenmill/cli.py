@@ -124,6 +124,17 @@ def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def cmd_classifier_train(args: argparse.Namespace, _: list[str]) -> int:
+    from tokenmill.pipelines.classifier_train import train
+
+    r = train(args.positive, args.negative, args.output, args.label, args.holdout, args.max_docs,
+              {"dim": args.dim, "wordNgrams": args.word_ngrams, "epoch": args.epoch, "bucket": args.bucket})
+    auc = "no held-out set" if r["auc"] is None else f"held-out AUC {r['auc']:.4f}"
+    print(f"trained a fastText classifier on {r['positive']:,} positive and {r['negative']:,} negative documents "
+          f"-> {args.output}; {auc} ({r['held_out_positive']:,} + {r['held_out_negative']:,} held out)")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     import os
     import time
@@ -241,6 +252,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT")
     p.add_argument("--docs", type=int, default=3, help="documents to decode (default 3)")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("classifier", help="train a fastText quality classifier (for quality.classifier.model)")
+    csub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = csub.add_parser("train", help="train model.bin on positive and negative texts", allow_abbrev=False)
+    for side in ("positive", "negative"):
+        c.add_argument(f"--{side}", action="append", required=True, metavar="PATH",
+                       help="a prepared OUT folder (its kept docs) or raw inputs (file, folder, glob); repeatable")
+    c.add_argument("--output", required=True, metavar="model.bin")
+    c.add_argument("--label", default="hq", help="the positive label (quality.classifier.label)")
+    c.add_argument("--holdout", type=float, default=0.1, help="share held apart to measure AUC (default 0.1)")
+    c.add_argument("--max-docs", type=int, default=500_000, help="per side")
+    c.add_argument("--dim", type=int, default=64)
+    c.add_argument("--word-ngrams", type=int, default=2)
+    c.add_argument("--epoch", type=int, default=5)
+    c.add_argument("--bucket", type=int, default=500_000, help="hashed n-gram rows (model size: (words + bucket) x dim x 4 B)")
+    c.set_defaults(func=cmd_classifier_train)
 
     p = sub.add_parser("tokenizer", help="train a tokenizer (BPE, WordPiece, Unigram) on cleaned docs")
     tsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)

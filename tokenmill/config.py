@@ -178,7 +178,32 @@ _STOP_WORDS = {
 }
 
 
+class ClassifierConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # A fastText model (`tokenmill classifier train`), or several by name: each stores its score,
+    # P(label), as a signal column (quality_classifier, or quality_classifier_<name>).
+    model: str | dict[str, str] | None = None
+    # Keep a document only if its score reaches this (per name for several models); None: score only.
+    threshold: float | dict[str, float] | None = None
+    label: str = Field(default="hq", min_length=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> ClassifierConfig:
+        names = set(self.model) if isinstance(self.model, dict) else set()
+        for name in names:
+            if not name.isidentifier():
+                raise ValueError(f"quality.classifier.model: name {name!r} must be a word (a column name part)")
+        if isinstance(self.threshold, dict):
+            unknown = set(self.threshold) - names
+            if unknown:
+                raise ValueError(f"quality.classifier.threshold: no model named {', '.join(sorted(unknown))}")
+        elif self.threshold is not None and self.model is None:
+            raise ValueError("quality.classifier.threshold needs quality.classifier.model")
+        return self
+
+
 class QualityConfig(Section):
+    classifier: ClassifierConfig = ClassifierConfig()
     gopher: GopherConfig = GopherConfig()
     repetition: RepetitionConfig = RepetitionConfig()
     c4: C4Config = C4Config()

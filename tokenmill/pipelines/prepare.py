@@ -14,13 +14,13 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill import __version__
-from tokenmill.config import JobConfig
+from tokenmill.config import ClassifierConfig, JobConfig
 from tokenmill.errors import UserError
 from tokenmill.pipelines import launch, output, phases, progress
 from tokenmill.pipelines.export import export as export_format
 from tokenmill.pipelines.export import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
-from tokenmill.transforms import decontaminate, shards, tokenize
+from tokenmill.transforms import classifier, decontaminate, shards, tokenize
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import TMP, bucket_count
 from tokenmill.transforms.decontaminate import DecontaminateFn
@@ -73,6 +73,8 @@ def check_job(cfg: JobConfig) -> InputScan:
         raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
     if cfg.language.enabled:
         check_languages(cfg.language)
+    if cfg.quality.enabled and cfg.quality.classifier.model is not None:
+        classifier.check(cfg.quality.classifier)
     if cfg.url.enabled:  # every list reads and every regex compiles, before the job starts
         read_list(cfg.url.block_files + cfg.url.allow_files)
     if cfg.decontaminate.enabled:
@@ -128,7 +130,7 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
     if cfg.quality.enabled:
         docs = docs | "Quality" >> beam.ParDo(QualityFn(cfg.quality))
         stages.append("quality")
-        extra_fields += quality_fields()
+        extra_fields += quality_fields(cfg.quality.classifier)
     if cfg.pii.enabled:
         docs = docs | "Pii" >> beam.ParDo(PiiFn(cfg.pii))
         stages.append("pii")
@@ -181,11 +183,13 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
         )
 
 
-def quality_fields() -> list[pa.Field]:
+def quality_fields(classifier: ClassifierConfig | None = None) -> list[pa.Field]:
+    from tokenmill.transforms.classifier import models
     from tokenmill.transforms.quality import INT_SIGNALS, SIGNALS
 
     return [pa.field(n, pa.int32() if n in INT_SIGNALS else pa.float32()) for n in SIGNALS] + [
-        pa.field("quality_score", pa.float32())]
+        pa.field("quality_score", pa.float32())] + [
+        pa.field(column, pa.float32()) for column in (models(classifier) if classifier else {})]
 
 
 def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):

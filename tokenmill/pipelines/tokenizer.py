@@ -40,16 +40,22 @@ def raw_texts(paths: list[str]) -> Iterator[str]:
                     yield normalize_text(doc["text"], cfg.normalize)
 
 
+def input_texts(inputs: list[str], max_docs: int) -> Iterator[str]:
+    """Cleaned texts of ``inputs`` (an OUT folder's kept docs, or raw inputs through the cores),
+    at most ``max_docs``."""
+    n = 0
+    for path in inputs:
+        source = prepared_texts(path) if os.path.isdir(os.path.join(path, "docs")) else raw_texts([path])
+        for text in source:
+            yield text
+            n += 1
+            if n >= max_docs:
+                return
+
+
 def train_from_inputs(inputs: list[str], output: str, kind: str, vocab_size: int, max_docs: int) -> int:
     def texts() -> Iterator[str]:
-        n = 0
-        for path in inputs:
-            source = prepared_texts(path) if os.path.isdir(os.path.join(path, "docs")) else raw_texts([path])
-            for text in source:
-                yield text
-                n += 1
-                if n >= max_docs:
-                    return
+        return input_texts(inputs, max_docs)
 
     counted = []
     tok = train_tokenizer((counted.append(1) or t for t in texts()), vocab_size=vocab_size, kind=kind)

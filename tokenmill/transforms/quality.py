@@ -233,10 +233,20 @@ class QualityFn(StageFn):
 
     def __init__(self, cfg: QualityConfig):
         self.cfg = cfg
+        self._scorer = None
+
+    def setup(self):
+        if self.cfg.classifier.model is not None:
+            from tokenmill.transforms.classifier import Scorer
+
+            self._scorer = Scorer(self.cfg.classifier)
 
     def apply(self, doc):
         s = signals(doc["text"], doc.get("lang"), self.cfg)
         doc.update(s)
         doc["quality_score"] = quality_score(s, doc.get("lang_score"))
-        reason = first_failure(s, doc.get("lang"), self.cfg)
+        # Every document gets its classifier scores, whatever the rules say (the report's
+        # histogram compares kept and dropped); a rule's reason comes first.
+        low = self._scorer.apply(doc) if self._scorer is not None else None
+        reason = first_failure(s, doc.get("lang"), self.cfg) or low
         return drop(doc, self.stage, reason) if reason else doc

@@ -37,6 +37,7 @@ HISTOGRAMS = {
     "alpha_word_ratio": (0.0, 1.0, 20, False),
     "char_entropy": (0.0, 8.0, 32, False),
     "n_tokens": (0.0, 6.0, 24, True),
+    "quality_classifier": (0.0, 1.0, 20, False),
 }
 SAMPLE_SIGNALS = ["n_words", "mean_word_len", "lang", "lang_score", "terminal_punct_line_ratio", "short_line_ratio",
                   "dup_line_frac", "top_2gram_frac", "alpha_word_ratio", "stop_words", "symbol_word_ratio",
