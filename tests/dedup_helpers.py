@@ -51,13 +51,13 @@ def run_dedup(
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
         verdicts = p | beam.Create([n for n in nodes if n is not None], reshuffle=False) | Dedup(cfg, limits)
         _ = (verdicts
-             | "J" >> beam.Map(lambda v: json.dumps([v.key.hex(), v.cluster, v.reason]))
+             | "J" >> beam.Map(lambda v: json.dumps([v.key.hex(), v.cluster, v.reason, v.size]))
              | "W" >> beam.io.WriteToText(str(out_dir / "verdicts")))
         _ = (cluster_stats(verdicts, cfg)
              | "JS" >> beam.Map(json.dumps)
              | "WS" >> beam.io.WriteToText(str(out_dir / "stats")))
     lines = [json.loads(line) for f in sorted(glob.glob(str(out_dir / "verdicts*"))) for line in open(f)]
-    book = VerdictBook(Verdict(bytes.fromhex(k), c, r) for k, c, r in lines)
+    book = VerdictBook(Verdict(bytes.fromhex(k), c, r, n) for k, c, r, n in lines)
     rows = [book.apply(dict(d), n.key if n else None) for d, n in zip(docs, nodes)]
     by_id = {r["id"]: r for r in rows}
     assert len(by_id) == len(rows)

@@ -156,6 +156,29 @@ def test_cluster_stats(corpus_result):
     assert top["cluster"] in top["member_ids"] or len(top["member_ids"]) == 5
 
 
+def test_every_row_knows_its_cluster_size(corpus_result):
+    _docs, _planted, by_id, _ = corpus_result
+    sizes: dict[str, int] = {}
+    for r in by_id.values():
+        if r["dup_cluster"] is not None:
+            sizes[r["dup_cluster"]] = sizes.get(r["dup_cluster"], 0) + 1
+    assert max(sizes.values()) > 2
+    for r in by_id.values():
+        if r["dup_cluster"] is not None:
+            assert r["dup_cluster_size"] == sizes[r["dup_cluster"]]
+        elif not r.get("dropped_by") and (r.get("text") or "").strip():
+            assert r["dup_cluster_size"] == 1  # unique
+        else:
+            assert r.get("dup_cluster_size") is None  # took no part
+
+
+def test_rehydration_steps():
+    from tokenmill.transforms.dedup import rehydrated
+
+    steps = {2: 2, 5: 3, 100: 1}
+    assert [rehydrated(n, steps) for n in (1, 2, 4, 5, 99, 100, 10**6)] == [1, 2, 2, 3, 3, 1, 1]
+
+
 def test_rerun_same_survivors(corpus_result, tmp_path):
     docs, _planted, by_id, _ = corpus_result
     shuffled = list(docs)

@@ -208,3 +208,20 @@ def test_a_publish_cut_short_is_finished_by_the_next_run(tmp_path):
     output.remove_leftovers(str(out))
     assert (out / "manifest.json").read_bytes() == first and inspect_output(str(out)) == 0
     assert not [p for p in out.iterdir() if p.name.startswith((output.STAGE_PREFIX, output.OLD_PREFIX))]
+
+
+def test_rehydrated_survivors_repeat_in_the_shards(tmp_path):
+    """dedup.keep=rehydrate: a cluster's survivor goes into its shard as many times as its
+    cluster's size step says; every other document once; the manifest says so."""
+    out = tmp_path / "out"
+    rc, rows, _ = run_prepare(out, [], ["dedup.keep=rehydrate", "dedup.repeats={2: 3}"])
+    assert rc == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["duplicates"] == {"keep": "rehydrate", "repeats": {"2": 3}}
+    ids = [i for split in manifest["splits"].values() for s in split["shards"]
+           for i in pa.ipc.open_file(pa.memory_map(str(out / s["file"]))).read_all().column("id").to_pylist()]
+    kept = [r for r in rows if r["dropped_by"] is None]
+    clustered = [r for r in kept if (r["dup_cluster_size"] or 1) >= 2]
+    assert clustered, "the sample has duplicate clusters"
+    assert all(ids.count(r["id"]) == (3 if (r["dup_cluster_size"] or 1) >= 2 else 1) for r in kept)
+    assert len(ids) == len(kept) + 2 * len(clustered)

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tokenmill.errors import UserError
 
@@ -213,6 +221,34 @@ class QualityConfig(Section):
     no_space_langs: list[str] = ["zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu"]
     # Stop-word lists per language; the Gopher stop-word rule applies only where one exists.
     stop_words: dict[str, list[str]] = _STOP_WORDS
+    # Overrides per language (FineWeb-2 style), any key of this section but per_lang itself:
+    # {de: {gopher: {min_words: 40}}, zh: {c4: {enabled: false}}}.
+    per_lang: dict[str, dict[str, Any]] = {}
+    _per_lang_cache: dict[str, QualityConfig] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _per_lang_valid(self) -> QualityConfig:
+        for lang, override in self.per_lang.items():
+            if "per_lang" in override:
+                raise ValueError(f"per_lang.{lang}: per_lang cannot be nested")
+            if {"model", "label"} & set(override.get("classifier") or {}):
+                raise ValueError(f"per_lang.{lang}.classifier: only thresholds differ by language (one set of models)")
+            try:
+                self.for_lang(lang)
+            except ValidationError as e:
+                raise ValueError(f"per_lang.{lang}: " + _format_validation_error(e, "").removeprefix("bad config: ")) from None
+        return self
+
+    def for_lang(self, lang: str | None) -> QualityConfig:
+        """This section with ``per_lang[lang]`` merged in (itself when there is none)."""
+        override = self.per_lang.get(lang or "")
+        if not override:
+            return self
+        cache = self._per_lang_cache
+        if lang not in cache:
+            base = self.model_dump(exclude={"per_lang"})
+            cache[lang] = QualityConfig.model_validate(_deep_merge(base, override))
+        return cache[lang]
 
 
 class PiiConfig(Section):
@@ -268,6 +304,11 @@ class DedupConfig(Section):
     # Which member of a cluster survives: highest quality_field, then longest text, then the
     # smallest id (quality); longest text then smallest id (longest); smallest id (first_id).
     survivor: Literal["quality", "longest", "first_id"] = "quality"
+    # one: a cluster's survivor goes into the shards once. rehydrate: `repeats` times by its
+    # cluster's size (min size -> copies; FineWeb-2 found that removing every copy hurts, and
+    # that the largest clusters are spam, hence the step back to 1).
+    keep: Literal["one", "rehydrate"] = "one"
+    repeats: dict[int, int] = {2: 2, 5: 3, 100: 1}
     quality_field: str = Field(default="quality_score", min_length=1)
     # Cluster statistics for report.json: this many largest clusters, with this many member ids.
     stats_top_clusters: int = Field(default=20, ge=0, le=10_000)
@@ -277,6 +318,8 @@ class DedupConfig(Section):
     def _perm_count(self):
         if self.bands * self.rows > 4096:
             raise ValueError(f"bands x rows must be at most 4096 permutations, got {self.bands * self.rows}")
+        if any(s < 1 or not 1 <= r <= 100 for s, r in self.repeats.items()):
+            raise ValueError("repeats: cluster sizes from 1 on, and 1 to 100 copies each")
         return self
 
 
@@ -330,6 +373,13 @@ class JobConfig(BaseModel):
     tokenize: TokenizeConfig = TokenizeConfig()
     shards: ShardsConfig = ShardsConfig()
     report: ReportConfig = ReportConfig()
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def _format_validation_error(err: ValidationError, where: str) -> str:

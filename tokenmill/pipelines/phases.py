@@ -20,7 +20,7 @@ from tokenmill.config import JobConfig
 from tokenmill.pipelines.progress import reporter
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of, localize
-from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook
+from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, rehydrated
 from tokenmill.transforms.shards import ShardFile, shard_schema, split_of
 from tokenmill.transforms.stage import count
 from tokenmill.transforms.tokenize import Encoder, sample_key
@@ -110,11 +110,14 @@ def finish_bucket(
     shard_opener: ShardOpener | None,
     docs_opener,
     batch_size: int,
+    repeats: dict[int, int] | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """One bucket: its documents in (id, tie) order with dedup's verdicts applied, each written
     to its docs Parquet file (``docs_opener(KEPT | DUPLICATES | FILTERED)`` opens one) and given
     back as (that name, doc); survivors tokenized in batches and, with a ``shard_opener``,
-    streamed into the bucket's shards, whose manifest entries come last as (SHARDS, meta)."""
+    streamed into the bucket's shards, whose manifest entries come last as (SHARDS, meta).
+    ``repeats`` (dedup.keep=rehydrate): a cluster's survivor goes into its shard that many
+    times by the cluster's size (survivor.rehydrated)."""
     book = VerdictBook(verdicts)
     files: dict[str, Any] = {}
     shards: dict[str, ShardFile] = {}
@@ -133,7 +136,8 @@ def finish_bucket(
                 split = split_of(d["id"], shard_opener.val_fraction)
                 if split not in shards:
                     shards[split] = shard_opener(split)
-                shards[split].add(d["id"], ids)
+                for _ in range(rehydrated(d.get("dup_cluster_size") or 1, repeats) if repeats else 1):
+                    shards[split].add(d["id"], ids)
         out = [write(KEPT, d) for d in batch]
         batch.clear()
         return out
@@ -199,7 +203,8 @@ class FinishFn(beam.DoFn):
             if locators and "://" in locators[0].file:  # remote candidates: one sequential pass first
                 locators, local_copy = localize(locators, reader)
             for tag, value in finish_bucket(locators, (v for t, v in items if t == VERDICT),
-                                            reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size):
+                                            reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
+                                            d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None):
                 if tag == SHARDS:
                     yield TaggedOutput(tag, value)
                     continue

@@ -72,7 +72,7 @@ def check_job(cfg: JobConfig) -> InputScan:
     if not scan.files:
         raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
     if cfg.language.enabled:
-        check_languages(cfg.language)
+        check_languages(cfg.language, {"quality.per_lang": list(cfg.quality.per_lang)} if cfg.quality.enabled else None)
     if cfg.quality.enabled and cfg.quality.classifier.model is not None:
         classifier.check(cfg.quality.classifier)
     if cfg.url.enabled:  # every list reads and every regex compiles, before the job starts

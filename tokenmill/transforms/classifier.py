@@ -73,12 +73,12 @@ class Scorer:
     def __init__(self, cfg: ClassifierConfig):
         self._label = cfg.label
         self._models = {column: load(path) for column, path in models(cfg).items()}
-        self._thresholds = thresholds(cfg)
 
-    def apply(self, doc: dict[str, Any]) -> str | None:
-        failed = None
+    def apply(self, doc: dict[str, Any], cfg: ClassifierConfig) -> str | None:
+        """``cfg``: the thresholds for this document's language (quality.per_lang)."""
+        failed, limits = None, thresholds(cfg)
         for column, model in self._models.items():
             doc[column] = s = score(model, doc.get("text") or "", self._label)
-            if failed is None and s < self._thresholds.get(column, -1.0):
+            if failed is None and s < limits.get(column, -1.0):
                 failed = REASON + column.removeprefix(SIGNAL)
         return failed

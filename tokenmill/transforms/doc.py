@@ -40,6 +40,7 @@ BASE_FIELDS: list[pa.Field] = [
     pa.field("lang", pa.string()),
     pa.field("lang_score", pa.float32()),
     pa.field("dup_cluster", pa.string()),
+    pa.field("dup_cluster_size", pa.int32()),
     pa.field("dropped_by", pa.string()),
 ]
 
@@ -47,7 +48,7 @@ BASE_FIELDS: list[pa.Field] = [
 def docs_schema(extra_fields: list[pa.Field] | None = None) -> pa.Schema:
     fields = list(BASE_FIELDS)
     if extra_fields:
-        fields[-2:-2] = extra_fields  # signals sit before dup_cluster / dropped_by
+        fields[-3:-3] = extra_fields  # signals sit before dup_cluster / dup_cluster_size / dropped_by
     return pa.schema(fields)
 
 
@@ -126,6 +127,7 @@ def new_doc(
         "lang": None,
         "lang_score": None,
         "dup_cluster": None,
+        "dup_cluster_size": None,
         "dropped_by": dropped_by,
     }
 

@@ -75,19 +75,20 @@ def iso_code(label: str) -> str:
     return code
 
 
-def check_languages(cfg: LanguageConfig) -> None:
+def check_languages(cfg: LanguageConfig, more: dict[str, list[str]] | None = None) -> None:
     """The model loads, and every code in ``keep`` and ``thresholds`` is one of its labels: a code
     it never predicts (``eng``, ``en-US``, ``klingon``) would drop the whole corpus."""
     path = resolve_model_path(cfg)
     # fasttext-predict has no get_labels: every label, with a threshold below any probability.
     labels, _ = load_model(path).predict("", k=-1, threshold=-1.0)
     known = {iso_code(label) for label in labels}
-    for key, codes in (("keep", cfg.keep), ("thresholds", list(cfg.thresholds))):
+    keys = {"language.keep": cfg.keep, "language.thresholds": list(cfg.thresholds), **(more or {})}
+    for key, codes in keys.items():
         for code in codes:
             if code not in known:
                 near = iso_code(code.replace("-", "_"))
                 hint = f"did you mean {near!r}? " if near in known and near != code else ""
-                raise UserError(f"language.{key}: {code!r} is not a language the model {os.path.basename(path)} "
+                raise UserError(f"{key}: {code!r} is not a language the model {os.path.basename(path)} "
                                 f"knows ({hint}it knows {len(known)}, e.g. {', '.join(sorted(known)[:8])}, ...)")
 
 

@@ -242,11 +242,13 @@ class QualityFn(StageFn):
             self._scorer = Scorer(self.cfg.classifier)
 
     def apply(self, doc):
-        s = signals(doc["text"], doc.get("lang"), self.cfg)
+        lang = doc.get("lang")
+        cfg = self.cfg.for_lang(lang)  # quality.per_lang overrides, merged once per language
+        s = signals(doc["text"], lang, cfg)
         doc.update(s)
         doc["quality_score"] = quality_score(s, doc.get("lang_score"))
         # Every document gets its classifier scores, whatever the rules say (the report's
         # histogram compares kept and dropped); a rule's reason comes first.
-        low = self._scorer.apply(doc) if self._scorer is not None else None
-        reason = first_failure(s, doc.get("lang"), self.cfg) or low
+        low = self._scorer.apply(doc, cfg.classifier) if self._scorer is not None else None
+        reason = first_failure(s, lang, cfg) or low
         return drop(doc, self.stage, reason) if reason else doc

@@ -55,7 +55,7 @@ def new_acc() -> dict[str, Any]:
             # 8-byte text hashes of kept docs, concatenated: 8 bytes each instead of ~49 as a list
             # of bytes objects, in every worker's accumulator and in the merge.
             "text_hashes": bytearray(),
-            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}, "decont": {}}
+            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}, "decont": {}, "lang_drops": {}}
 
 
 def _sample(doc: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +85,9 @@ def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[st
             h[side][bin_of(float(value), spec)] += 1
     if reason:
         acc["dropped"][reason] = acc["dropped"].get(reason, 0) + 1
+        if doc.get("lang"):  # past language ID: per language and reason (quality.per_lang tunes these)
+            by_reason = acc["lang_drops"].setdefault(doc["lang"], {})
+            by_reason[reason] = by_reason.get(reason, 0) + 1
         if n_samples:
             bucket = acc["samples"].setdefault(reason, [])
             bucket.append(_sample(doc))
@@ -125,6 +128,10 @@ def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
         for key in ("dropped", "langs", "pii", "decont"):
             for k, v in a[key].items():
                 out[key][k] = out[key].get(k, 0) + v
+        for lang, reasons in a["lang_drops"].items():
+            mine = out["lang_drops"].setdefault(lang, {})
+            for r, n in reasons.items():
+                mine[r] = mine.get(r, 0) + n
         for name, h in a["hist"].items():
             mine = out["hist"].setdefault(name, {"kept": [0] * len(h["kept"]), "dropped": [0] * len(h["kept"])})
             for side in ("kept", "dropped"):
@@ -156,6 +163,8 @@ def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None 
         "funnel": funnel(dropped, acc["docs"], stages),
         "dropped_by": dropped,
         "languages": dict(sorted(acc["langs"].items(), key=lambda kv: (-kv[1], kv[0]))),
+        "languages_dropped": {lang: dict(sorted(r.items(), key=lambda kv: (-kv[1], kv[0]))) for lang, r in
+                              sorted(acc["lang_drops"].items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))},
         "samples": {r: len(s) for r, s in sorted(acc["samples"].items())},
         "pii_redactions": dict(sorted(acc["pii"].items())),
         "decontamination": dict(sorted(acc["decont"].items(), key=lambda kv: (-kv[1], kv[0]))),

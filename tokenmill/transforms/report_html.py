@@ -114,6 +114,12 @@ def render(report: dict[str, Any], samples: dict[str, list[dict]], per_reason: i
                    + bar_rows(list(skipped.items()), 0, DROPPED) + "</section>")
     out.append('<section id="languages"><h2>Languages kept</h2>'
                + bar_rows(list(report["languages"].items())[:25], d["kept"], KEPT) + "</section>")
+    if report.get("languages_dropped"):
+        rows = [[esc(lang), report["languages"].get(lang, 0), sum(r.values()),
+                 esc(", ".join(f"{k} {v:,}" for k, v in list(r.items())[:4]))]
+                for lang, r in list(report["languages_dropped"].items())[:25]]
+        out.append('<section id="languages_dropped"><h2>Kept and dropped per language</h2>'
+                   + table(["language", "kept", "dropped", "top reasons"], rows, {1, 2}) + "</section>")
     if report.get("histograms"):
         out.append(f'<section id="signals"><h2>Signals: kept vs dropped</h2><p class="legend">'
                    f'<span style="background:{KEPT}"></span>kept<span style="background:{DROPPED}"></span>dropped</p>'

@@ -185,6 +185,9 @@ def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: 
         "token_dtype": dtype,
         "columns": {"id": "string", "tokens": f"list<{dtype}>"},
         "splits": splits,
+        # Whether a duplicate cluster's survivor is in the shards once or rehydrated (repeated).
+        "duplicates": {"keep": (dd := config.get("dedup") or {}).get("keep", "one"),
+                       "repeats": dd.get("repeats") if dd.get("keep") == "rehydrate" else None},
         "config": config,
     }
 

@@ -216,9 +216,20 @@ class _Assign(beam.DoFn):
             yield v
 
 
+class _Sized(beam.DoFn):
+    """Per cluster: its verdicts again, each with the cluster's size (counted first: the group
+    is iterated twice, never copied into a list)."""
+
+    def process(self, kv):
+        _cluster, verdicts = kv
+        size = sum(1 for _ in verdicts)
+        for v in verdicts:
+            yield v._replace(size=size)
+
+
 class Dedup(beam.PTransform):
     """PCollection[Node] -> PCollection[Verdict]: one verdict per document in a cluster (exact
-    or near); a document with no verdict is unique."""
+    or near), with the cluster's size; a document with no verdict is unique."""
 
     def __init__(self, cfg: DedupConfig | None = None, limits: Limits = Limits(), label: str | None = None):
         super().__init__(label)
@@ -288,4 +299,8 @@ class Dedup(beam.PTransform):
             | "JoinFlatten" >> beam.Flatten()
             | "JoinGroup" >> beam.GroupByKey()
             | "Assign" >> beam.ParDo(_Assign(cfg))
+            # Every member learns its cluster's size (dup_cluster_size, and rehydration).
+            | "ByCluster" >> beam.Map(lambda v: (v.cluster, v))
+            | "ClusterGroup" >> beam.GroupByKey()
+            | "Sized" >> beam.ParDo(_Sized())
         )

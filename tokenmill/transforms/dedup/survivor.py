@@ -91,11 +91,19 @@ def choose_survivor(
 
 class Verdict(NamedTuple):
     """What dedup decided about one document (one occurrence of a node key): its cluster (the
-    survivor's id) and ``dropped_by`` (None for the survivor)."""
+    survivor's id), ``dropped_by`` (None for the survivor) and the cluster's size (0 until
+    counted)."""
 
     key: bytes
     cluster: str
     reason: str | None
+    size: int = 0
+
+
+def rehydrated(size: int, repeats: dict[int, int]) -> int:
+    """How many times a survivor of a cluster of ``size`` goes into the shards: the repeats of
+    the largest size step it reaches (``repeats``: min cluster size -> copies), else 1."""
+    return next((r for s, r in sorted(repeats.items(), reverse=True) if size >= s), 1)
 
 
 def group_verdicts(keys: Iterable[bytes], label: bytes | None, mode: str) -> Iterator[Verdict]:
@@ -139,12 +147,15 @@ class VerdictBook:
             vs.sort(key=lambda v: _RANK[v.reason], reverse=True)  # popped from the end
 
     def apply(self, doc: dict[str, Any], key: bytes | None) -> dict[str, Any]:
-        """Sets ``dup_cluster`` and ``dropped_by`` on ``doc`` (node key ``key``; None: it took
-        no part); a document without a verdict is unique and left as it is."""
+        """Sets ``dup_cluster``, ``dup_cluster_size`` and ``dropped_by`` on ``doc`` (node key
+        ``key``; None: it took no part); a document without a verdict is unique (size 1)."""
+        if key is not None:
+            doc["dup_cluster_size"] = 1
         vs = self._by_key.get(key) if key is not None else None
         if vs:
             v = vs.pop()
             doc["dup_cluster"] = v.cluster
+            doc["dup_cluster_size"] = v.size or None
             if v.reason and not doc.get("dropped_by"):
                 doc["dropped_by"] = v.reason
         return doc
