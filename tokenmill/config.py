@@ -257,6 +257,17 @@ class PiiConfig(Section):
         "email", "phone", "ip", "card", "iban", "secret"]
 
 
+class BoilerplateConfig(Section):
+    # Lines found in many documents are cut in the finish phase (transforms/boilerplate.py).
+    enabled: bool = False
+    min_docs: int = Field(default=10, ge=2)  # in at least this many documents of the corpus
+    min_docs_domain: int = Field(default=3, ge=0)  # or of one domain (0: corpus-wide only)
+    min_chars: int = Field(default=8, ge=1)  # shorter lines (normalised) are never cut
+    # The count-min sketch: 4 x 2**sketch_bits uint32 cells (22: 64 MB). Over-counting grows
+    # with distinct (document, line) occurrences per cell: raise it for corpora past ~10M lines.
+    sketch_bits: int = Field(default=22, ge=10, le=28)
+
+
 class DecontaminateConfig(Section):
     # On once evaluation files are given: JSONL/Parquet (the `fields` of each record) or text
     # (one item per line). Documents holding an item's n-gram are dropped, or the span cut.
@@ -370,6 +381,7 @@ class JobConfig(BaseModel):
     pii: PiiConfig = PiiConfig()
     decontaminate: DecontaminateConfig = DecontaminateConfig()
     dedup: DedupConfig = DedupConfig()
+    boilerplate: BoilerplateConfig = BoilerplateConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     shards: ShardsConfig = ShardsConfig()
     report: ReportConfig = ReportConfig()

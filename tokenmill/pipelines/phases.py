@@ -18,6 +18,7 @@ from apache_beam.pvalue import TaggedOutput
 
 from tokenmill.config import JobConfig
 from tokenmill.pipelines.progress import reporter
+from tokenmill.transforms import boilerplate
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of, localize
 from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, rehydrated
@@ -25,7 +26,7 @@ from tokenmill.transforms.shards import ShardFile, shard_schema, split_of
 from tokenmill.transforms.stage import count
 from tokenmill.transforms.tokenize import Encoder, sample_key
 
-NODES, SAMPLE, SHARDS = "nodes", "sample", "shards"
+NODES, SAMPLE, SHARDS, LINES = "nodes", "sample", "shards", "lines"
 KEPT, DUPLICATES, FILTERED = "kept", "duplicates", "filtered"  # the docs Parquet files
 LOCATOR, VERDICT = 0, 1  # tags of what a bucket's group holds
 
@@ -59,6 +60,10 @@ class StashFn(beam.DoFn):
         node = self._recorder(doc) if self._recorder and live else None
         if node is not None:
             yield TaggedOutput(NODES, node)
+        if self._cfg.boilerplate.enabled and live:
+            keys = boilerplate.line_keys(doc, self._cfg.boilerplate.min_chars)
+            if len(keys):
+                yield TaggedOutput(LINES, keys)
         if self._sample and live:
             yield TaggedOutput(SAMPLE, (sample_key(doc), (doc.get("text") or "")[: self._cfg.tokenize.train_max_chars]))
         frame = docmod.pack(doc)
@@ -111,13 +116,16 @@ def finish_bucket(
     docs_opener,
     batch_size: int,
     repeats: dict[int, int] | None = None,
+    lines: tuple[boilerplate.Sketch, Any] | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """One bucket: its documents in (id, tie) order with dedup's verdicts applied, each written
     to its docs Parquet file (``docs_opener(KEPT | DUPLICATES | FILTERED)`` opens one) and given
     back as (that name, doc); survivors tokenized in batches and, with a ``shard_opener``,
     streamed into the bucket's shards, whose manifest entries come last as (SHARDS, meta).
     ``repeats`` (dedup.keep=rehydrate): a cluster's survivor goes into its shard that many
-    times by the cluster's size (survivor.rehydrated)."""
+    times by the cluster's size (survivor.rehydrated). ``lines`` (sketch, BoilerplateConfig):
+    survivors lose their boilerplate lines first; one left with no text is filtered as
+    ``boilerplate:empty``."""
     book = VerdictBook(verdicts)
     files: dict[str, Any] = {}
     shards: dict[str, ShardFile] = {}
@@ -152,6 +160,17 @@ def finish_bucket(
                 count(f"dropped.{doc['dropped_by']}")
                 yield write(DUPLICATES, doc)
                 continue
+            if lines is not None:
+                n_lines, n_chars = boilerplate.strip(doc, *lines)
+                doc["boilerplate_chars"], doc["boilerplate_lines"] = n_chars, n_lines
+                if n_lines:
+                    count("boilerplate.lines_cut", n_lines)
+                    count("boilerplate.chars_cut", n_chars)
+                if not doc["text"].strip():
+                    docmod.drop(doc, boilerplate.STAGE, "empty")
+                    count("dropped.boilerplate:empty")
+                    yield write(FILTERED, doc)
+                    continue
             batch.append(doc)
             if len(batch) >= batch_size:
                 yield from flush()
@@ -185,7 +204,7 @@ class FinishFn(beam.DoFn):
             self._encoder = Encoder(tok_json, self._cfg.tokenize.eos_token)
         return self._encoder
 
-    def process(self, kv, tok_json: str | None = None):
+    def process(self, kv, tok_json: str | None = None, sketch: boilerplate.Sketch | None = None):
         bucket, items = kv
         encoder = self._encoder_for(tok_json)
         s = self._cfg.shards
@@ -204,7 +223,8 @@ class FinishFn(beam.DoFn):
                 locators, local_copy = localize(locators, reader)
             for tag, value in finish_bucket(locators, (v for t, v in items if t == VERDICT),
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
-                                            d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None):
+                                            d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
+                                            (sketch, self._cfg.boilerplate) if sketch is not None else None):
                 if tag == SHARDS:
                     yield TaggedOutput(tag, value)
                     continue

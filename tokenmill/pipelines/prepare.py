@@ -22,6 +22,7 @@ from tokenmill.pipelines.export import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import classifier, decontaminate, shards, tokenize
 from tokenmill.transforms import doc as docmod
+from tokenmill.transforms.boilerplate import SketchFn
 from tokenmill.transforms.buckets import TMP, bucket_count
 from tokenmill.transforms.decontaminate import DecontaminateFn
 from tokenmill.transforms.dedup import Dedup, cluster_stats
@@ -145,7 +146,7 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
     buckets = bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets)
     t = cfg.tokenize
     stashed = docs | "Stash" >> beam.ParDo(StashFn(cfg, out, buckets, t.enabled and not t.tokenizer, progress_to)).with_outputs(
-        phases.NODES, phases.SAMPLE, main="located")
+        phases.NODES, phases.SAMPLE, phases.LINES, main="located")
     by_bucket = [stashed.located]
     dedup_stats = None
     if cfg.dedup.enabled:  # decide phase: dedup on the small records, verdicts to their buckets
@@ -155,6 +156,11 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
                                                                   cfg.dedup.survivor))
         stages.append("dedup")
     side = {}
+    if cfg.boilerplate.enabled:  # a fixed-size sketch of every document's lines, for the finish phase
+        side["sketch"] = beam.pvalue.AsSingleton(
+            stashed[phases.LINES] | "LineSketch" >> beam.CombineGlobally(SketchFn(cfg.boilerplate.sketch_bits)))
+        stages.append("boilerplate")
+        extra_fields.append(pa.field("boilerplate_chars", pa.int32()))
     if t.enabled:
         tok_json = tokenizer_json(p, stashed[phases.SAMPLE], cfg, out)
         side["tok_json"] = beam.pvalue.AsSingleton(tok_json)

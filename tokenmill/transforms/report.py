@@ -18,8 +18,8 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 # Stage order of the pipeline: the funnel follows it.
-STAGES = ["read", "url", "extract", "normalize", "language", "quality", "pii", "decontaminate", "dedup", "tokenize",
-          "shards"]
+STAGES = ["read", "url", "extract", "normalize", "language", "quality", "pii", "decontaminate", "dedup",
+          "boilerplate", "tokenize", "shards"]
 SAMPLE_CHARS = 600
 # Exact duplicate ratio needs every survivor's 8-byte text hash; past this many it is not computed.
 MAX_HASHES = 2_000_000
@@ -55,7 +55,8 @@ def new_acc() -> dict[str, Any]:
             # 8-byte text hashes of kept docs, concatenated: 8 bytes each instead of ~49 as a list
             # of bytes objects, in every worker's accumulator and in the merge.
             "text_hashes": bytearray(),
-            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}, "decont": {}, "lang_drops": {}}
+            "dropped": {}, "langs": {}, "samples": {}, "pii": {}, "hist": {}, "decont": {}, "lang_drops": {},
+            "boilerplate": {"docs": 0, "lines": 0, "chars": 0}}
 
 
 def _sample(doc: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +76,9 @@ def add_doc(acc: dict[str, Any], doc: dict[str, Any], n_samples: int) -> dict[st
     reason = doc.get("dropped_by")
     for kind, n in (doc.get("pii") or {}).items():
         acc["pii"][kind] = acc["pii"].get(kind, 0) + n
+    if doc.get("boilerplate_lines"):  # lines cut as repeated across documents
+        b = acc["boilerplate"]
+        b["docs"], b["lines"], b["chars"] = b["docs"] + 1, b["lines"] + doc["boilerplate_lines"], b["chars"] + doc["boilerplate_chars"]
     for name in doc.get("decontaminated") or ():  # the evaluation files it overlapped
         acc["decont"][name] = acc["decont"].get(name, 0) + 1
     side = "dropped" if reason else "kept"
@@ -128,6 +132,8 @@ def merge(accs: list[dict[str, Any]], n_samples: int) -> dict[str, Any]:
         for key in ("dropped", "langs", "pii", "decont"):
             for k, v in a[key].items():
                 out[key][k] = out[key].get(k, 0) + v
+        for k in ("docs", "lines", "chars"):
+            out["boilerplate"][k] += a["boilerplate"][k]
         for lang, reasons in a["lang_drops"].items():
             mine = out["lang_drops"].setdefault(lang, {})
             for r, n in reasons.items():
@@ -167,6 +173,7 @@ def finish(acc: dict[str, Any], stages: list[str], extra: dict[str, Any] | None 
                               sorted(acc["lang_drops"].items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))},
         "samples": {r: len(s) for r, s in sorted(acc["samples"].items())},
         "pii_redactions": dict(sorted(acc["pii"].items())),
+        "boilerplate_cut": acc["boilerplate"],
         "decontamination": dict(sorted(acc["decont"].items(), key=lambda kv: (-kv[1], kv[0]))),
         "histograms": {name: {"low": HISTOGRAMS[name][0], "high": HISTOGRAMS[name][1], "log10": HISTOGRAMS[name][3],
                               **h} for name, h in acc["hist"].items()},

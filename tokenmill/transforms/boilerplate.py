@@ -1,0 +1,177 @@
+"""Boilerplate lines across documents: a line (normalised) found in at least ``min_docs``
+documents of the corpus, or ``min_docs_domain`` of one domain, is cut from every document
+(cookie banners, "All rights reserved", navigation that extraction left in).
+
+Counting is one pass in the clean phase into a count-min sketch of fixed size: each document
+adds the hashes of its distinct lines (and of its domain + line), and the workers' sketches are
+summed. The finish phase reads the sketch as a side input and cuts lines whose estimate
+reaches the threshold. Memory is the sketch (``depth`` x ``width`` uint32), whatever the corpus;
+the price is over-counting: a cell also counts the lines that collide with it, so a rare line
+can look common once the corpus has many more distinct line occurrences than the sketch has
+cells. With conservative update that stays rare up to ~``width`` occurrences per row; size
+``width`` to the corpus (the report gives the sketch's load, occurrences / width).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import apache_beam as beam
+import numpy as np
+import xxhash
+
+from tokenmill.config import BoilerplateConfig
+
+STAGE = "boilerplate"
+DEPTH = 4
+# Odd 64-bit multipliers, one per row (multiply-shift hashing of the 64-bit line hash).
+_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93],
+                 dtype=np.uint64)
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.lower().split())
+
+
+def _domain(url: str | None) -> str:
+    host = (urlsplit(url).hostname or "") if url and "://" in url else ""
+    return host[4:] if host.startswith("www.") else host
+
+
+def line_keys(doc: dict[str, Any], min_chars: int) -> np.ndarray:
+    """The sketch keys of a document: each distinct line of ``min_chars``+ characters, and the
+    same line within the document's domain (when it has a URL)."""
+    lines = {n for line in (doc.get("text") or "").split("\n") if len(n := _norm(line)) >= min_chars}
+    if not lines:
+        return np.empty(0, dtype=np.uint64)
+    domain = _domain(doc.get("url"))
+    keys = [xxhash.xxh3_64_intdigest(line.encode("utf-8", "surrogatepass")) for line in sorted(lines)]
+    if domain:
+        keys += [xxhash.xxh3_64_intdigest(f"{domain}\x00{line}".encode("utf-8", "surrogatepass"))
+                 for line in sorted(lines)]
+    return np.array(keys, dtype=np.uint64)
+
+
+def _cells(keys: np.ndarray, bits: int) -> np.ndarray:
+    """(DEPTH, n) cell indices of the keys, one row per hash function."""
+    with np.errstate(over="ignore"):
+        return ((keys[None, :] * _MULT[:, None]) >> np.uint64(64 - bits)).astype(np.int64)
+
+
+class Sketch:
+    """A count-min sketch with conservative update, of ``2**bits`` cells per row."""
+
+    def __init__(self, bits: int, table: np.ndarray | None = None, added: int = 0):
+        self.bits = bits
+        self.table = table if table is not None else np.zeros((DEPTH, 1 << bits), dtype=np.uint32)
+        self.added = added
+
+    def add(self, keys: np.ndarray, counts: np.ndarray | None = None) -> None:
+        """Counts the keys (each once, or ``counts`` times). Conservative update: a key's cells
+        rise only to its current estimate plus its count, which keeps collisions' over-count
+        low; no key is ever under-counted."""
+        if not len(keys):
+            return
+        if counts is None:  # a line of many documents in one block counts for each
+            keys, counts = np.unique(keys, return_counts=True)
+        cells = _cells(keys, self.bits)
+        rows = np.arange(DEPTH)[:, None]
+        est = self.table[rows, cells].min(axis=0)
+        for r in range(DEPTH):  # keys sharing a cell: np.maximum.at keeps the largest
+            np.maximum.at(self.table[r], cells[r], (est + counts).astype(np.uint32))
+        self.added += int(counts.sum())
+
+    def estimate(self, keys: np.ndarray) -> np.ndarray:
+        if not len(keys):
+            return np.zeros(0, dtype=np.uint32)
+        return self.table[np.arange(DEPTH)[:, None], _cells(keys, self.bits)].min(axis=0)
+
+    def merge(self, other: Sketch) -> None:
+        self.table += other.table
+        self.added += other.added
+
+
+class SketchFn(beam.CombineFn):
+    """Every document's line keys -> one Sketch. An accumulator stays sparse (distinct keys and
+    their counts, the size of what a bundle saw) until it would outgrow the dense table: a
+    bundle's partial result is not 64 MB, and the final merge holds one table."""
+
+    def __init__(self, bits: int):
+        self._bits = bits
+        self._sparse_max = (DEPTH << bits) // 3  # keys + counts (12 B) vs 4 B cells
+
+    def create_accumulator(self):
+        return [np.empty(0, np.uint64), np.empty(0, np.int64), []]  # keys, counts, pending arrays
+
+    def _sparse(self, acc):
+        if acc[2]:
+            keys, counts = np.unique(np.concatenate([np.repeat(acc[0], acc[1]), *acc[2]]), return_counts=True)
+            acc[:] = [keys, counts, []]
+        return acc
+
+    def add_input(self, acc, keys):
+        if isinstance(acc, Sketch):
+            acc.add(keys)
+            return acc
+        acc[2].append(keys)
+        if sum(map(len, acc[2])) >= 1 << 16:
+            self._sparse(acc)
+            if len(acc[0]) > self._sparse_max:
+                return self._dense(acc)
+        return acc
+
+    def _dense(self, acc) -> Sketch:
+        if isinstance(acc, Sketch):
+            return acc
+        sketch = Sketch(self._bits)
+        self._sparse(acc)
+        sketch.add(acc[0], acc[1])
+        return sketch
+
+    def merge_accumulators(self, accs):
+        out = None
+        for acc in accs:
+            if out is None:
+                out = acc if isinstance(acc, Sketch) else self._sparse(acc)
+            elif isinstance(out, Sketch) or isinstance(acc, Sketch) or len(out[0]) + len(acc[0]) > self._sparse_max:
+                out = self._dense(out)
+                if isinstance(acc, Sketch):
+                    out.merge(acc)
+                else:
+                    self._sparse(acc)
+                    out.add(acc[0], acc[1])
+            else:
+                self._sparse(acc)
+                out[2].append(np.repeat(acc[0], acc[1]))
+                self._sparse(out)
+        return out if out is not None else self.create_accumulator()
+
+    def compact(self, acc):
+        return acc if isinstance(acc, Sketch) else self._sparse(acc)
+
+    def extract_output(self, acc):
+        return self._dense(acc)
+
+
+def strip(doc: dict[str, Any], sketch: Sketch, cfg: BoilerplateConfig) -> tuple[int, int]:
+    """Cuts the document's boilerplate lines in place; returns (lines, characters) cut."""
+    text = doc.get("text") or ""
+    lines = text.split("\n")
+    norms = [_norm(line) for line in lines]
+    candidates = sorted({n for n in norms if len(n) >= cfg.min_chars})
+    if not candidates:
+        return 0, 0
+    enc = [n.encode("utf-8", "surrogatepass") for n in candidates]
+    corpus = sketch.estimate(np.array([xxhash.xxh3_64_intdigest(e) for e in enc], dtype=np.uint64))
+    common = {n for n, c in zip(candidates, corpus.tolist()) if c >= cfg.min_docs}
+    domain = _domain(doc.get("url"))
+    if domain and cfg.min_docs_domain:
+        keys = np.array([xxhash.xxh3_64_intdigest(domain.encode() + b"\x00" + e) for e in enc], dtype=np.uint64)
+        common |= {n for n, c in zip(candidates, sketch.estimate(keys).tolist()) if c >= cfg.min_docs_domain}
+    if not common:
+        return 0, 0
+    kept = [line for line, n in zip(lines, norms) if n not in common]
+    cut = [line for line, n in zip(lines, norms) if n in common]
+    doc["text"] = "\n".join(kept).strip("\n")
+    return len(cut), sum(map(len, cut))
