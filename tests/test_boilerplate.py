@@ -9,7 +9,7 @@ import numpy as np
 from conftest import run_prepare
 
 from tokenmill.config import BoilerplateConfig
-from tokenmill.transforms.boilerplate import Sketch, SketchFn, line_keys, strip
+from tokenmill.transforms.boilerplate import SketchFn, line_keys, strip
 
 SAMPLE = __import__("pathlib").Path(__file__).parent.parent / "tokenmill" / "sample"
 

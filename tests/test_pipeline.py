@@ -39,7 +39,9 @@ def test_sample_run_accounts_for_every_record(sample_run):
     assert funnel[-1]["out"] == len(kept)
     # The cleaned-docs Parquet has exactly the documented columns.
     table = pq.read_table(sorted((out / "docs").glob("*.parquet"))[0])
-    assert table.schema.names == docs_schema(prepare.quality_fields() + [pa.field("n_tokens", pa.int32())]).names
+    fields = [f for _, _, fs in prepare.clean_steps(load_config()) for f in fs]
+    assert table.schema.names == docs_schema(fields + [pa.field("n_tokens", pa.int32())]).names
+    assert "pii" in table.schema.names and "quality_score" in table.schema.names
 
 
 def test_sample_languages_and_text(sample_run):

@@ -78,6 +78,16 @@ def _load_report(path: str) -> dict:
     return report
 
 
+def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from rich.console import Console
+
+    from tokenmill.pipelines import refilter
+
+    report_path = refilter.run(args.out, args.output, args.config, args.set, beam_args)
+    _print_report(report_path, Console())
+    return 0
+
+
 def _print_report(report_path: str, console) -> None:
     from tokenmill.transforms.report import print_summary
 
@@ -245,6 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override one config value (YAML syntax), repeatable")
     p.set_defaults(func=cmd_prepare)
 
+    p = sub.add_parser(
+        "refilter",
+        help="apply other filter, dedup and shard settings to a prepared output, without reading it again",
+        description="Re-apply the filters, dedup and the shards to OUT's stored documents with its settings plus "
+        "--config/--set (quality.mode back to filter). Beam flags pass through as for prepare.",
+        allow_abbrev=False,
+    )
+    p.add_argument("out", metavar="OUT", help="a prepared output (best made with --set quality.mode=tag)")
+    p.add_argument("--output", required=True, metavar="DIR")
+    p.add_argument("--config", metavar="job.yaml", help="settings on top of OUT's own")
+    p.add_argument("--set", action="append", default=[], metavar="section.key=value")
+    p.set_defaults(func=cmd_refilter)
+
     p = sub.add_parser("report", help="print the summary of a prepared output and the path of its report")
     p.add_argument("out", metavar="OUT")
     p.set_defaults(func=cmd_report)
@@ -348,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verb:
         parser.print_help()
         return 2
-    if extra and args.verb != "prepare":
+    if extra and args.verb not in ("prepare", "refilter"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     _quiet_logging()
     try:

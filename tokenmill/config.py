@@ -6,6 +6,7 @@ rejected here, before any pipeline is built, as one readable line.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -211,6 +212,10 @@ class ClassifierConfig(BaseModel):
 
 
 class QualityConfig(Section):
+    # filter: documents failing a rule are dropped. tag: every signal and decision is computed
+    # and stored (quality_flag, and the MinHash signatures), nothing is dropped, and
+    # `tokenmill refilter` applies any thresholds later without extracting again.
+    mode: Literal["filter", "tag"] = "filter"
     classifier: ClassifierConfig = ClassifierConfig()
     gopher: GopherConfig = GopherConfig()
     repetition: RepetitionConfig = RepetitionConfig()
@@ -426,9 +431,11 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     return path, value
 
 
-def load_validated(model: type[BaseModel], path: str | None = None, overrides: list[str] | None = None):
+def load_validated(model: type[BaseModel], path: str | None = None, overrides: list[str] | None = None,
+                   base: dict[str, Any] | None = None):
     """YAML file, then ``--set`` overrides, validated as ``model``; every problem is one line.
-    Shared by the pipeline and the trainer config."""
+    Shared by the pipeline and the trainer config. ``base``: settings the file and the
+    overrides apply to (refilter: the original run's)."""
     data: dict[str, Any] = {}
     if path:
         p = Path(path)
@@ -445,6 +452,8 @@ def load_validated(model: type[BaseModel], path: str | None = None, overrides: l
         if not isinstance(loaded, dict):
             raise UserError(f"config file {path}: expected a mapping of sections, got {type(loaded).__name__}")
         data = loaded
+    if base is not None:
+        data = _deep_merge(copy.deepcopy(base), data)
     for item in overrides or []:
         keys, value = parse_set(item)
         node = data

@@ -60,6 +60,8 @@ class StashFn(beam.DoFn):
         node = self._recorder(doc) if self._recorder and live else None
         if node is not None:
             yield TaggedOutput(NODES, node)
+            if self._cfg.quality.mode == "tag":  # stored for refilter, which does not compute it again
+                doc["minhash"] = node.sig
         if self._cfg.boilerplate.enabled and live:
             keys = boilerplate.line_keys(doc, self._cfg.boilerplate.min_chars)
             if len(keys):

@@ -9,12 +9,14 @@ DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill import __version__
-from tokenmill.config import ClassifierConfig, JobConfig
+from tokenmill.config import JobConfig, QualityConfig
 from tokenmill.errors import UserError
 from tokenmill.pipelines import launch, output, phases, progress
 from tokenmill.pipelines.export import export as export_format
@@ -72,6 +74,12 @@ def check_job(cfg: JobConfig) -> InputScan:
     scan = scan_inputs(cfg.inputs, exclude=[cfg.output])
     if not scan.files:
         raise UserError(f"no input files left once the output folder {cfg.output} is excluded")
+    check_settings(cfg)
+    return scan
+
+
+def check_settings(cfg: JobConfig) -> None:
+    """The checks of check_job that do not read the inputs (refilter has no inputs to read)."""
     if cfg.language.enabled:
         check_languages(cfg.language, {"quality.per_lang": list(cfg.quality.per_lang)} if cfg.quality.enabled else None)
     if cfg.quality.enabled and cfg.quality.classifier.model is not None:
@@ -97,7 +105,27 @@ def check_job(cfg: JobConfig) -> InputScan:
         if vocab > 65536:
             raise UserError(f"shards.formats: nanogpt reads uint16 ids and the tokenizer has {vocab:,} tokens: "
                             f"use megatron, or a vocab of at most 65,536")
-    return scan
+
+
+def clean_steps(cfg: JobConfig) -> list[tuple[str, Any, list[pa.Field]]]:
+    """The clean phase after Read, in order: (stage, its DoFn, the docs Parquet fields it adds),
+    for the stages the config turns on. ``refilter`` derives the same stage list and fields."""
+    steps: list[tuple[str, Any, list[pa.Field]]] = []
+    if cfg.url.enabled:  # before extraction: a blocked page is not parsed
+        steps.append(("url", UrlFn(cfg.url), []))
+    steps.append(("extract", ExtractFn(cfg.extract), []))
+    if cfg.normalize.enabled:
+        steps.append(("normalize", NormalizeFn(cfg.normalize), []))
+    if cfg.language.enabled:
+        steps.append(("language", LanguageFn(cfg.language), []))
+    if cfg.quality.enabled:
+        steps.append(("quality", QualityFn(cfg.quality), quality_fields(cfg.quality)))
+    if cfg.pii.enabled:
+        steps.append(("pii", PiiFn(cfg.pii), [pa.field("pii", pa.map_(pa.string(), pa.int32()))]))
+    if cfg.decontaminate.enabled:
+        steps.append(("decontaminate", DecontaminateFn(cfg.decontaminate),
+                      [pa.field("decontaminated", pa.list_(pa.string()))]))
+    return steps
 
 
 def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_to: str | None = None) -> None:
@@ -115,30 +143,19 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
         | "Spread" >> beam.Reshuffle()
         | "Read" >> beam.ParDo(ReadFn(cfg.read, progress_to))
     )
-    stages = ["read"]
-    if cfg.url.enabled:  # before extraction: a blocked page is not parsed
-        docs = docs | "Url" >> beam.ParDo(UrlFn(cfg.url))
-        stages.append("url")
-    docs = docs | "Extract" >> beam.ParDo(ExtractFn(cfg.extract))
-    stages.append("extract")
-    extra_fields: list[pa.Field] = []
-    if cfg.normalize.enabled:
-        docs = docs | "Normalize" >> beam.ParDo(NormalizeFn(cfg.normalize))
-        stages.append("normalize")
-    if cfg.language.enabled:
-        docs = docs | "Language" >> beam.ParDo(LanguageFn(cfg.language))
-        stages.append("language")
-    if cfg.quality.enabled:
-        docs = docs | "Quality" >> beam.ParDo(QualityFn(cfg.quality))
-        stages.append("quality")
-        extra_fields += quality_fields(cfg.quality.classifier)
-    if cfg.pii.enabled:
-        docs = docs | "Pii" >> beam.ParDo(PiiFn(cfg.pii))
-        stages.append("pii")
-    if cfg.decontaminate.enabled:
-        docs = docs | "Decontaminate" >> beam.ParDo(DecontaminateFn(cfg.decontaminate))
-        stages.append("decontaminate")
-        extra_fields.append(pa.field("decontaminated", pa.list_(pa.string())))
+    steps = clean_steps(cfg)
+    for stage, fn, _ in steps:
+        docs = docs | stage.capitalize() >> beam.ParDo(fn)
+    decide_and_finish(p, docs, cfg, scan, out, progress_to)
+
+
+def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, out: str,
+                      progress_to: str | None = None) -> None:
+    """From the clean documents on: stash, dedup and the tokenizer, then the finish phase, the
+    manifest and the report."""
+    steps = clean_steps(cfg)
+    stages = ["read"] + [stage for stage, _, _ in steps]
+    extra_fields: list[pa.Field] = [f for _, _, fields in steps for f in fields]
     # Clean phase ends here: every document waits in a candidate file of its bucket, and only
     # small records go on (a locator, a live document's dedup node, a bounded tokenizer sample).
     # Documents never cross a shuffle or wait for a side input: local runners would hold them
@@ -189,13 +206,19 @@ def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_
         )
 
 
-def quality_fields(classifier: ClassifierConfig | None = None) -> list[pa.Field]:
+def quality_fields(quality: QualityConfig | None = None) -> list[pa.Field]:
+    """The signal columns, the score, the classifiers' scores and, in tag mode, the decision a
+    filter would have taken (quality_flag) and the MinHash signature (for refilter)."""
     from tokenmill.transforms.classifier import models
     from tokenmill.transforms.quality import INT_SIGNALS, SIGNALS
 
-    return [pa.field(n, pa.int32() if n in INT_SIGNALS else pa.float32()) for n in SIGNALS] + [
-        pa.field("quality_score", pa.float32())] + [
-        pa.field(column, pa.float32()) for column in (models(classifier) if classifier else {})]
+    fields = [pa.field(n, pa.int32() if n in INT_SIGNALS else pa.float32()) for n in SIGNALS]
+    fields.append(pa.field("quality_score", pa.float32()))
+    if quality is not None:
+        fields += [pa.field(column, pa.float32()) for column in models(quality.classifier)]
+        if quality.mode == "tag":
+            fields += [pa.field("quality_flag", pa.string()), pa.field("minhash", pa.binary())]
+    return fields
 
 
 def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):
@@ -230,10 +253,14 @@ def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
          | "Manifest" >> beam.Map(manifest, tok=beam.pvalue.AsSingleton(tok_info)))
 
 
-def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None = None) -> str:
+def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None = None, graph=None,
+        scan: InputScan | None = None) -> str:
     """Run the job into a stage folder and publish it when it succeeds; returns report.json's path.
-    ``display``: draws the live progress line while the pipeline runs (local runners only)."""
-    scan = check_job(cfg)
+    ``display``: draws the live progress line while the pipeline runs (local runners only).
+    ``graph`` and ``scan``: another job's graph (same arguments as ``build``) and its inputs,
+    already checked (refilter)."""
+    scan = scan if scan is not None else check_job(cfg)
+    graph = graph or build
     options, runner = launch.beam_options(beam_args)
     with output.locked(cfg.output):
         output.remove_leftovers(cfg.output)
@@ -244,7 +271,7 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
                           bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets))
         try:
             with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
-                build(p, cfg, scan, stage, progress_to)
+                graph(p, cfg, scan, stage, progress_to)
         except (UserError, KeyboardInterrupt):
             output.discard(stage)
             raise

@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenmill.config import ClassifierConfig
 from tokenmill.errors import UserError
+from tokenmill.transforms.doc import stored
 
 SIGNAL = "quality_classifier"
 REASON = "classifier_low"
@@ -54,7 +55,7 @@ def score(model, text: str, label: str) -> float:
     """P(``label``) for ``text``."""
     labels, probs = model.predict(fasttext_line(text), k=-1, threshold=-1.0)
     want = LABEL_PREFIX + label
-    return next((round(float(p), 6) for lab, p in zip(labels, probs) if lab == want), 0.0)
+    return next((stored(round(float(p), 6)) for lab, p in zip(labels, probs) if lab == want), 0.0)
 
 
 def check(cfg: ClassifierConfig) -> None:
@@ -67,18 +68,22 @@ def check(cfg: ClassifierConfig) -> None:
 
 
 class Scorer:
-    """The configured models of one worker: ``apply`` stores the scores and says which
-    threshold failed, if any."""
+    """The configured models of one worker: ``apply`` stores each model's score."""
 
     def __init__(self, cfg: ClassifierConfig):
         self._label = cfg.label
         self._models = {column: load(path) for column, path in models(cfg).items()}
 
-    def apply(self, doc: dict[str, Any], cfg: ClassifierConfig) -> str | None:
-        """``cfg``: the thresholds for this document's language (quality.per_lang)."""
-        failed, limits = None, thresholds(cfg)
+    def apply(self, doc: dict[str, Any]) -> None:
         for column, model in self._models.items():
-            doc[column] = s = score(model, doc.get("text") or "", self._label)
-            if failed is None and s < limits.get(column, -1.0):
-                failed = REASON + column.removeprefix(SIGNAL)
-        return failed
+            doc[column] = score(model, doc.get("text") or "", self._label)
+
+
+def low(doc: dict[str, Any], cfg: ClassifierConfig) -> str | None:
+    """The reason when a stored score is below its threshold (``cfg``: the thresholds of the
+    document's language), else None."""
+    for column, limit in thresholds(cfg).items():
+        value = doc.get(column)
+        if value is not None and value < limit:
+            return REASON + column.removeprefix(SIGNAL)
+    return None

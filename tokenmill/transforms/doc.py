@@ -132,6 +132,14 @@ def new_doc(
     }
 
 
+def stored(x: float) -> float:
+    """``x`` as the docs Parquet keeps it (float32). Decisions are taken on this value, so a row's
+    values are exactly what its filters saw, and refilter decides the same from them."""
+    import numpy as np
+
+    return float(np.float32(x))
+
+
 def drop(doc: dict[str, Any], stage: str, reason: str) -> dict[str, Any]:
     """Mark ``doc`` as dropped by ``stage`` for ``reason`` (first drop wins)."""
     if not doc.get("dropped_by"):

@@ -19,7 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
-from tokenmill.transforms.doc import drop
+from tokenmill.transforms.doc import drop, stored
 from tokenmill.transforms.stage import StageFn
 
 
@@ -132,6 +132,7 @@ class LanguageFn(StageFn):
         self.model = load_model(resolve_model_path(self.cfg))
 
     def apply(self, doc):
-        doc["lang"], doc["lang_score"] = predict(self.model, doc["text"], self.cfg.max_chars)
+        doc["lang"], score = predict(self.model, doc["text"], self.cfg.max_chars)
+        doc["lang_score"] = stored(score)
         reason = decide(doc["lang"], doc["lang_score"], self.cfg)
         return drop(doc, self.stage, reason) if reason else doc

@@ -19,7 +19,8 @@ from itertools import compress
 from typing import Any
 
 from tokenmill.config import QualityConfig
-from tokenmill.transforms.doc import drop
+from tokenmill.transforms.classifier import low as classifier_low
+from tokenmill.transforms.doc import drop, stored
 from tokenmill.transforms.stage import StageFn
 
 _WORD = re.compile(r"\w+(?:['\u2019-]\w+)*")
@@ -244,11 +245,23 @@ class QualityFn(StageFn):
     def apply(self, doc):
         lang = doc.get("lang")
         cfg = self.cfg.for_lang(lang)  # quality.per_lang overrides, merged once per language
-        s = signals(doc["text"], lang, cfg)
+        s = {k: stored(v) if isinstance(v, float) else v for k, v in signals(doc["text"], lang, cfg).items()}
         doc.update(s)
-        doc["quality_score"] = quality_score(s, doc.get("lang_score"))
+        doc["quality_score"] = stored(quality_score(s, doc.get("lang_score")))
         # Every document gets its classifier scores, whatever the rules say (the report's
-        # histogram compares kept and dropped); a rule's reason comes first.
-        low = self._scorer.apply(doc, cfg.classifier) if self._scorer is not None else None
-        reason = first_failure(s, lang, cfg) or low
+        # histogram compares kept and dropped).
+        if self._scorer is not None:
+            self._scorer.apply(doc)
+        return self.decide(doc)
+
+    def decide(self, doc):
+        """The rules and thresholds on the document's signals and scores (as stored: refilter
+        calls this on a stored row); a rule's reason comes before the classifier's."""
+        lang = doc.get("lang")
+        cfg = self.cfg.for_lang(lang)
+        s = {k: doc.get(k) for k in SIGNALS}
+        reason = first_failure(s, lang, cfg) or classifier_low(doc, cfg.classifier)
+        if self.cfg.mode == "tag":  # decided, stored, not applied (tokenmill refilter applies it)
+            doc["quality_flag"] = f"{self.stage}:{reason}" if reason else None
+            return doc
         return drop(doc, self.stage, reason) if reason else doc

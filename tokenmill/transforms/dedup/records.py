@@ -40,5 +40,7 @@ class Recorder:
         # Every document is a node, exact copies too: copies share a signature, so LSH puts them
         # in one component, and the join by h sorts out which of them is exact. That spares a
         # shuffle of every node by h before LSH; the text is at hand here anyway.
-        sig = self._hasher.lower_text_signature(low, self._cfg.ngram) if self._hasher else None
+        sig = doc.get("minhash") if self._hasher else None  # stored by a tag-mode run (refilter)
+        if self._hasher and sig is None:
+            sig = self._hasher.lower_text_signature(low, self._cfg.ngram)
         return Node(key, sig)

@@ -1,0 +1,78 @@
+"""Tag now, filter later: quality.mode=tag keeps every document with its decision, and
+`tokenmill refilter` then writes exactly what `prepare` writes with the new settings (docs
+Parquet bytes, shard bytes, report), without reading the inputs again."""
+
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_prepare
+
+from tokenmill.cli import main
+
+SETTINGS = [
+    ["quality.gopher.min_words=80"],
+    ["quality.per_lang.de.gopher.min_words=200", "dedup.ngram=3", "tokenize.vocab_size=600"],
+]
+
+
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tag") / "out"
+    rc, rows, report = run_prepare(out, [], ["quality.mode=tag"])
+    assert rc == 0
+    return out, rows, report
+
+
+def _same_output(a, b):
+    assert sorted(os.listdir(a / "docs")) == sorted(os.listdir(b / "docs"))
+    for f in os.listdir(a / "docs"):
+        assert (a / "docs" / f).read_bytes() == (b / "docs" / f).read_bytes(), f
+    ma, mb = json.loads((a / "manifest.json").read_text()), json.loads((b / "manifest.json").read_text())
+    assert ma["splits"] == mb["splits"] and ma["tokenizer"] == mb["tokenizer"]  # shard sha256s included
+    ra, rb = json.loads((a / "report" / "report.json").read_text()), json.loads((b / "report" / "report.json").read_text())
+    ra["config"].pop("output"), rb["config"].pop("output")
+    assert ra == rb
+
+
+def test_tag_mode_drops_nothing_and_keeps_the_decision(tagged):
+    out, rows, report = tagged
+    assert not any((r["dropped_by"] or "").startswith("quality:") for r in rows)
+    flagged = [r for r in rows if r["quality_flag"]]
+    assert flagged and all(r["quality_flag"].startswith("quality:") for r in flagged)
+    assert all(len(r["minhash"]) == 14 * 8 * 4 for r in rows if r["dropped_by"] is None)
+
+
+@pytest.mark.parametrize("sets", SETTINGS, ids=["min_words", "per_lang+ngram+vocab"])
+def test_refilter_writes_what_prepare_writes(tagged, tmp_path, sets):
+    src = tagged[0]
+    args = [a for s in sets for a in ("--set", s)]
+    assert main(["refilter", str(src), "--output", str(tmp_path / "refiltered")] + args) == 0
+    rc, _, _ = run_prepare(tmp_path / "direct", [], sets)
+    assert rc == 0
+    _same_output(tmp_path / "refiltered", tmp_path / "direct")
+
+
+def test_refilter_of_a_filtered_output_brings_documents_back(tmp_path):
+    rc, rows, _ = run_prepare(tmp_path / "strict", [], ["quality.gopher.min_words=120"])
+    assert rc == 0 and any(r["dropped_by"] == "quality:gopher_min_words" for r in rows)
+    assert main(["refilter", str(tmp_path / "strict"), "--output", str(tmp_path / "loose"),
+                 "--set", "quality.gopher.min_words=50"]) == 0
+    run_prepare(tmp_path / "direct", [])
+    _same_output(tmp_path / "loose", tmp_path / "direct")
+    kept = [r for f in (tmp_path / "loose" / "docs").glob("kept-*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(kept) > sum(r["dropped_by"] is None for r in rows)
+
+
+def test_what_cannot_be_redone_is_one_line(tagged, tmp_path, capsys):
+    src = tagged[0]
+    for args, words in ((["--set", "extract.include_title=true"], "extract settings differ"),
+                        (["--set", "language.max_chars=100"], "language labels come from"),
+                        ([], "another folder")):
+        output = str(src) if not args else str(tmp_path / "x")
+        assert main(["refilter", str(src), "--output", output] + args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert main(["refilter", str(tmp_path), "--output", str(tmp_path / "y")]) == 2
+    assert "not a prepared output" in capsys.readouterr().err
