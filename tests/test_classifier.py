@@ -71,6 +71,7 @@ def test_prepare_scores_every_document_and_drops_below_the_threshold(model, tmp_
     assert all(r["quality_classifier"] < 0.5 for r in low)
     assert all(r["quality_classifier"] >= 0.5 for r in rows if r["dropped_by"] is None)
     assert "quality_classifier" in report["histograms"]
+    assert "quality_classifier" in (out / "report" / "report.html").read_text()  # its kept-vs-dropped histogram
 
 
 def test_bad_model_or_label_is_one_line(model, tmp_path, capsys):

@@ -31,6 +31,7 @@ from tokenmill.transforms.dedup import Dedup, cluster_stats
 from tokenmill.transforms.extract import ExtractFn
 from tokenmill.transforms.langid import LanguageFn, check_languages
 from tokenmill.transforms.normalize import NormalizeFn
+from tokenmill.transforms.pii import KINDS as PII_KINDS
 from tokenmill.transforms.pii import PiiFn
 from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
@@ -121,7 +122,8 @@ def clean_steps(cfg: JobConfig) -> list[tuple[str, Any, list[pa.Field]]]:
     if cfg.quality.enabled:
         steps.append(("quality", QualityFn(cfg.quality), quality_fields(cfg.quality)))
     if cfg.pii.enabled:
-        steps.append(("pii", PiiFn(cfg.pii), [pa.field("pii", pa.map_(pa.string(), pa.int32()))]))
+        # Redactions per kind: a struct (HF datasets reads structs, not Arrow maps).
+        steps.append(("pii", PiiFn(cfg.pii), [pa.field("pii", pa.struct([(k, pa.int32()) for k in PII_KINDS]))]))
     if cfg.decontaminate.enabled:
         steps.append(("decontaminate", DecontaminateFn(cfg.decontaminate),
                       [pa.field("decontaminated", pa.list_(pa.string()))]))

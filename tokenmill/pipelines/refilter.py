@@ -86,8 +86,8 @@ def refilter_doc(row: dict[str, Any], cfg: JobConfig, reuse_minhash: bool) -> di
     """The pure core of the head: a stored row, ready for the stages that are redone (its
     derived columns cleared, the fixed stages' drops kept)."""
     doc = dict(row)
-    if isinstance(doc.get("pii"), list):  # Parquet gives a map column back as (key, value) pairs
-        doc["pii"] = dict(doc["pii"])
+    if isinstance(doc.get("pii"), dict):  # the struct column gives every kind back, null where none
+        doc["pii"] = {k: n for k, n in doc["pii"].items() if n}
     stage = (doc.get("dropped_by") or "").split(":", 1)[0]
     if stage in _FIXED_STAGES:
         return doc
