@@ -30,7 +30,12 @@ class Recorder:
 
     def __init__(self, cfg: DedupConfig):
         self._cfg = cfg
-        self._hasher = MinHasher(cfg.bands * cfg.rows, cfg.seed) if cfg.near else None
+        self._hasher: MinHasher | None = None  # made on first use: refilter reuses stored signatures
+
+    def _signature(self, low: str) -> bytes:
+        if self._hasher is None:
+            self._hasher = MinHasher(self._cfg.bands * self._cfg.rows, self._cfg.seed)
+        return self._hasher.lower_text_signature(low, self._cfg.ngram)
 
     def __call__(self, doc: dict[str, Any]) -> Node | None:
         if not self._cfg.enabled or not takes_part(doc):
@@ -40,7 +45,7 @@ class Recorder:
         # Every document is a node, exact copies too: copies share a signature, so LSH puts them
         # in one component, and the join by h sorts out which of them is exact. That spares a
         # shuffle of every node by h before LSH; the text is at hand here anyway.
-        sig = doc.get("minhash") if self._hasher else None  # stored by a tag-mode run (refilter)
-        if self._hasher and sig is None:
-            sig = self._hasher.lower_text_signature(low, self._cfg.ngram)
+        sig = None
+        if self._cfg.near:
+            sig = doc.get("minhash") or self._signature(low)  # stored by a tag-mode run (refilter)
         return Node(key, sig)
