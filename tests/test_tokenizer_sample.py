@@ -1,5 +1,6 @@
 """The tokenizer's training sample: bounded in documents and characters, the same whatever the
-runner's bundling (merge order), and each exact copy of a text once."""
+runner's bundling (merge order), and each exact copy of a text once. Items are (key,
+characters, where); here ``where`` is the text itself."""
 
 import random
 
@@ -8,7 +9,8 @@ from tokenmill.transforms.tokenize import SampleFn, sample_prefix, unique_texts
 
 def corpus(n=500, seed=0):
     rng = random.Random(seed)
-    return [((rng.getrandbits(64).to_bytes(8, "big"), f"d{i}"), "x" * rng.randint(1, 300)) for i in range(n)]
+    texts = ["x" * rng.randint(1, 300) for _ in range(n)]
+    return [((rng.getrandbits(64).to_bytes(8, "big"), f"d{i}"), len(t), t) for i, t in enumerate(texts)]
 
 
 def run_combine(items, parts, fn, seed):
@@ -27,10 +29,10 @@ def run_combine(items, parts, fn, seed):
 def test_sample_is_the_bounded_smallest_prefix_in_any_merge_order():
     items = corpus()
     want = sample_prefix(items, 120, 9_000)
-    assert sum(len(t) for _, t in want) <= 9_000 and len(want) <= 120
+    assert sum(c for _, c, _ in want) <= 9_000 and len(want) <= 120
     assert want == sorted(items)[:len(want)]  # the smallest keys, nothing skipped
     nxt = sorted(items)[len(want)]
-    assert sum(len(t) for _, t in want) + len(nxt[1]) > 9_000 or len(want) == 120  # and as long as allowed
+    assert sum(c for _, c, _ in want) + nxt[1] > 9_000 or len(want) == 120  # and as long as allowed
     fn = SampleFn(120, 9_000)
     for parts, seed in ((1, 0), (3, 1), (7, 2), (20, 3)):
         assert run_combine(items, parts, fn, seed) == want
@@ -40,7 +42,7 @@ def test_a_part_keeps_the_item_that_ends_the_prefix():
     """The global prefix of a(5), z(8), y(2) under 10 chars is [a]; a part {a, z} that dropped z
     would let y in when merged with a part {y}."""
     fn = SampleFn(10, 10)
-    a, z, y = ((b"a", "a"), "x" * 5), ((b"m", "z"), "x" * 8), ((b"y", "y"), "x" * 2)
+    a, z, y = ((b"a", "a"), 5, "a"), ((b"m", "z"), 8, "z"), ((b"y", "y"), 2, "y")
     parts = [fn._cut({"items": [a, z], "chars": 0}), fn._cut({"items": [y], "chars": 0})]
     assert fn.extract_output(fn.merge_accumulators(parts)) == [a] == sample_prefix([a, z, y], 10, 10)
 
@@ -48,9 +50,9 @@ def test_a_part_keeps_the_item_that_ends_the_prefix():
 def test_one_document_always_and_the_doc_cap():
     items = corpus(50)
     assert len(sample_prefix(items, 5, 10**9)) == 5
-    assert len(sample_prefix([((b"a", "a"), "y" * 500)], 5, 10)) == 1  # a lone long document is kept
+    assert len(sample_prefix([((b"a", "a"), 500, "y")], 5, 10)) == 1  # a lone long document is kept
 
 
 def test_exact_copies_count_once_in_key_order():
-    sample = [((b"\x03", "c"), "same"), ((b"\x01", "a"), "same"), ((b"\x02", "b"), "other")]
-    assert unique_texts(sample) == ["same", "other"]
+    sample = [((b"\x03", "c"), 4, "same"), ((b"\x01", "a"), 4, "same"), ((b"\x02", "b"), 5, "other")]
+    assert list(unique_texts(t for _, _, t in sorted(sample))) == ["same", "other"]

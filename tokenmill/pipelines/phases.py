@@ -66,10 +66,11 @@ class StashFn(beam.DoFn):
             keys = boilerplate.line_keys(doc, self._cfg.boilerplate.min_chars)
             if len(keys):
                 yield TaggedOutput(LINES, keys)
-        if self._sample and live:
-            yield TaggedOutput(SAMPLE, (sample_key(doc), (doc.get("text") or "")[: self._cfg.tokenize.train_max_chars]))
         frame = docmod.pack(doc)
         file, offset = self._writer.add(frame)
+        if self._sample and live:  # where its text waits: the sample travels as small records
+            chars = min(len(doc.get("text") or ""), self._cfg.tokenize.train_max_chars)
+            yield TaggedOutput(SAMPLE, (sample_key(doc), chars, (file, offset, len(frame))))
         loc = Locator(doc.get("id") or "", _tie(doc), node.key if node else None, file, offset, len(frame))
         yield bucket_of(doc.get("id"), self._buckets), (LOCATOR, loc)
 
@@ -89,6 +90,26 @@ def _tie(doc: dict) -> int:
     depend on the pickle and zstd versions of the worker)."""
     parts = (doc.get(k) or "" for k in ("text", "url", "source", "dropped_by"))
     return xxhash.xxh3_64_intdigest("\x1f".join(parts).encode("utf-8", "surrogatepass"))
+
+
+class SampleReader:
+    """The tokenizer sample's texts, read back from the candidate files (cut to ``max_chars``,
+    as counted when drawn)."""
+
+    def __init__(self, max_chars: int):
+        self._max_chars, self._reader = max_chars, None
+
+    def __call__(self, where: tuple[str, int, int]) -> str:
+        if self._reader is None:
+            self._reader = CandidateReader()
+        file, offset, length = where
+        doc = docmod.unpack(self._reader.read(Locator("", 0, None, file, offset, length)))
+        return (doc.get("text") or "")[: self._max_chars]
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def verdict_for_bucket(v: Verdict, buckets: int, mode: str):

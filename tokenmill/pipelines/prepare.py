@@ -236,7 +236,8 @@ def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):
         return p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
             tokenize.read_tokenizer_json)
     tok_json = samples | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_chars, t.vocab_size,
-                                                                     t.kind, t.min_frequency)
+                                                                     t.kind, t.min_frequency,
+                                                                     phases.SampleReader(t.train_max_chars))
     _ = tok_json | "WriteTokenizer" >> beam.Map(lambda js: shards.write_atomically(tok_path, js.encode("utf-8")))
     return tok_json
 

@@ -9,7 +9,7 @@ whether it was trained on a bounded sample of the cleaned documents or loaded fr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -176,36 +176,35 @@ def sample_key(doc: dict) -> tuple[bytes, str]:
     return hashlib.blake2b(str(doc["id"]).encode("utf-8"), digest_size=8).digest(), doc["id"]
 
 
-def sample_prefix(items: list[tuple[Any, str]], max_docs: int, max_chars: int,
-                  keep_stopper: bool = False) -> list[tuple[Any, str]]:
-    """The longest smallest-key prefix of (key, text) items with at most ``max_docs`` items and
-    ``max_chars`` characters (at least one item). ``keep_stopper``: also the first item that did
-    not fit, for cuts of a part: then every item of the whole corpus's prefix, and the item that
-    ends it, are in its own part's cut, so parts cut, merged and cut again give the same sample
-    in any order (a runner's bundling cannot change the tokenizer)."""
+def sample_prefix(items: list[tuple[Any, int, Any]], max_docs: int, max_chars: int,
+                  keep_stopper: bool = False) -> list[tuple[Any, int, Any]]:
+    """The longest smallest-key prefix of (key, characters, where) items with at most
+    ``max_docs`` items and ``max_chars`` characters (at least one item). ``keep_stopper``: also
+    the first item that did not fit, for cuts of a part: then every item of the whole corpus's
+    prefix, and the item that ends it, are in its own part's cut, so parts cut, merged and cut
+    again give the same sample in any order (a runner's bundling cannot change the tokenizer)."""
     items = sorted(items)
     total = 0
-    for i, (_, text) in enumerate(items[:max_docs]):
-        total += len(text)
+    for i, (_, chars, _) in enumerate(items[:max_docs]):
+        total += chars
         if total > max_chars and i > 0:
             return items[:i + 1] if keep_stopper else items[:i]
     return items[:max_docs]
 
 
-def unique_texts(sample: list[tuple[Any, str]]) -> list[str]:
-    """The sample's texts in key order, each exact copy once (the sample is drawn before dedup)."""
+def unique_texts(texts: Iterable[str]) -> Iterator[str]:
+    """Each exact copy of a text once, streamed (the sample is drawn before dedup)."""
     seen: set[bytes] = set()
-    texts = []
-    for _, text in sorted(sample):
-        h = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    for text in texts:
+        h = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         if h not in seen:
             seen.add(h)
-            texts.append(text)
-    return texts
+            yield text
 
 
 class SampleFn(beam.CombineFn):
-    """A lifted combine over (key, text): each worker keeps only its own bounded prefix."""
+    """A lifted combine over (key, characters, where) records: each worker keeps only its own
+    bounded prefix. Only these small records travel; the texts stay in the candidate files."""
 
     def __init__(self, max_docs: int, max_chars: int):
         self.max_docs, self.max_chars = max_docs, max_chars
@@ -215,12 +214,12 @@ class SampleFn(beam.CombineFn):
 
     def _cut(self, acc):
         acc["items"] = sample_prefix(acc["items"], self.max_docs, self.max_chars, keep_stopper=True)
-        acc["chars"] = sum(len(t) for _, t in acc["items"])
+        acc["chars"] = sum(c for _, c, _ in acc["items"])
         return acc
 
     def add_input(self, acc, item):
         acc["items"].append(item)
-        acc["chars"] += len(item[1])
+        acc["chars"] += item[1]
         # Cut back at 2x the documents or 1.25x the characters: a sort per many items, not per item.
         if len(acc["items"]) >= 2 * self.max_docs or acc["chars"] >= 1.25 * self.max_chars:
             self._cut(acc)
@@ -234,12 +233,14 @@ class SampleFn(beam.CombineFn):
 
 
 class TrainOnSample(beam.PTransform):
-    """(sample_key, text) pairs -> a bounded sample (``n_docs`` documents and ``n_chars``
-    characters at most, smallest keys first) -> one trained tokenizer JSON string."""
+    """(sample_key, characters, where) records -> a bounded sample (``n_docs`` documents and
+    ``n_chars`` characters at most, smallest keys first) -> one trained tokenizer JSON string.
+    ``read(where)`` gives a text back: the texts are streamed into the trainer in key order, never
+    held all at once."""
 
-    def __init__(self, n_docs: int, n_chars: int, vocab_size: int, kind: str, min_frequency: int):
+    def __init__(self, n_docs: int, n_chars: int, vocab_size: int, kind: str, min_frequency: int, read):
         super().__init__()
-        self.n_docs, self.n_chars = n_docs, n_chars
+        self.n_docs, self.n_chars, self.read = n_docs, n_chars, read
         self.vocab_size, self.kind, self.min_frequency = vocab_size, kind, min_frequency
 
     def expand(self, samples):
@@ -250,4 +251,10 @@ class TrainOnSample(beam.PTransform):
         )
 
     def _train(self, sample: list) -> str:
-        return train_tokenizer(unique_texts(sample), self.vocab_size, self.kind, self.min_frequency).to_str()
+        texts = unique_texts(self.read(where) for _, _, where in sorted(sample))
+        try:
+            return train_tokenizer(texts, self.vocab_size, self.kind, self.min_frequency).to_str()
+        finally:
+            close = getattr(self.read, "close", None)
+            if close:
+                close()
