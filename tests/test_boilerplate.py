@@ -27,14 +27,19 @@ def _docs(n=300, seed=0):
     return docs
 
 
-def _sketch(docs, bits=12, per_doc=False):
+def _sketch(docs, bits=14, bundle=7, seed=None):
     fn = SketchFn(bits)
     accs = []
-    for i in range(0, len(docs), 7):  # bundles of 7 docs, merged as the runner merges them
+    for i in range(0, len(docs), bundle):  # bundles of docs, merged as the runner merges them
         acc = fn.create_accumulator()
-        for d in docs[i:i + 7]:
+        for d in docs[i:i + bundle]:
             acc = fn.add_input(acc, line_keys(d, 8))
         accs.append(fn.compact(acc))
+    if seed is not None:
+        random.Random(seed).shuffle(accs)
+        while len(accs) > 1:  # a random merge tree
+            k = random.Random(seed + len(accs)).randint(2, len(accs))
+            accs = [fn.merge_accumulators(accs[:k])] + accs[k:]
     return fn.extract_output(fn.merge_accumulators(accs))
 
 
@@ -54,6 +59,28 @@ def test_sketch_counts_documents_and_never_under_counts():
     small = SketchFn(12)
     dense = small._dense(small.add_input(small.create_accumulator(), keys))
     assert (dense.estimate(keys) >= 1).all()
+
+
+def test_the_table_does_not_depend_on_bundling_or_merge_order():
+    docs = _docs()
+    tables = [_sketch(docs, 10, bundle, seed).table for bundle, seed in ((1, 1), (7, None), (50, 2), (300, 3))]
+    assert all((t == tables[0]).all() for t in tables[1:])
+    fn = SketchFn(10)  # a table small enough that accumulators turn dense part-way
+    fn._sparse_max = 100
+    acc = fn.create_accumulator()
+    for d in docs:
+        acc = fn.add_input(acc, line_keys(d, 8))
+    assert (fn.extract_output(fn.merge_accumulators([fn.compact(acc)])).table == tables[0]).all()
+
+
+def test_copies_of_one_page_do_not_make_its_lines_boilerplate():
+    page = "A page about ferries that three sites copied\nIts second line, also copied\nAnd a third"
+    docs = [{"text": page, "url": f"https://news.example/copy{i}"} for i in range(3)] + _docs(20, 1)
+    sketch = _sketch(docs)
+    cfg = BoilerplateConfig(enabled=True, min_docs=10, min_docs_domain=3)
+    survivor = {**docs[0], "dup_cluster_size": 3}  # dedup found the two copies
+    assert strip(survivor, sketch, cfg) == (0, 0) and survivor["text"] == page
+    assert strip({**docs[0], "dup_cluster_size": 1}, sketch, cfg)[0] == 3  # without dedup's word, all cut
 
 
 def test_strip_cuts_corpus_and_domain_boilerplate():

@@ -76,3 +76,13 @@ def test_what_cannot_be_redone_is_one_line(tagged, tmp_path, capsys):
         assert len(err) == 1 and words in err[0], err
     assert main(["refilter", str(tmp_path), "--output", str(tmp_path / "y")]) == 2
     assert "not a prepared output" in capsys.readouterr().err
+
+
+def test_settings_that_change_signals_or_texts_are_refused(tagged, tmp_path, capsys):
+    src = tagged[0]
+    for sets, words in ((["quality.fineweb_short_line_chars=10"], "change the stored signals"),
+                        (["quality.per_lang.de.stop_words={de: [und]}"], "change the stored signals"),
+                        (["language.enabled=false"], "language labels come from")):
+        assert main(["refilter", str(src), "--output", str(tmp_path / "x")] + [a for s in sets for a in ("--set", s)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err

@@ -32,6 +32,7 @@ def test_allow_entries_are_exceptions_and_no_url_is_never_blocked():
     assert not blocked("https://blog.example.com/post", block, allow)
     assert not blocked("https://www.example.com/public/a", block, allow)
     assert not blocked(None, block, allow) and not blocked("", block, None)
+    assert not blocked("http://[::1/x", block, None) and blocked("http://[::1/x", urls("re:::1"), None)  # malformed
 
 
 def test_list_files_and_their_errors(tmp_path):

@@ -234,8 +234,9 @@ class QualityConfig(Section):
     @model_validator(mode="after")
     def _per_lang_valid(self) -> QualityConfig:
         for lang, override in self.per_lang.items():
-            if "per_lang" in override:
-                raise ValueError(f"per_lang.{lang}: per_lang cannot be nested")
+            fixed = {"per_lang", "enabled", "mode"} & set(override)
+            if fixed:
+                raise ValueError(f"per_lang.{lang}: {', '.join(sorted(fixed))} cannot differ by language")
             if {"model", "label"} & set(override.get("classifier") or {}):
                 raise ValueError(f"per_lang.{lang}.classifier: only thresholds differ by language (one set of models)")
             try:

@@ -36,12 +36,9 @@ def fasttext_train_dir() -> str:
 def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
     """P(a positive scores above a negative), ties counting half (Mann-Whitney U)."""
     scores = np.concatenate([pos, neg])
-    order = scores.argsort(kind="stable")
-    ranks = np.empty(len(scores))
-    ranks[order] = np.arange(1, len(scores) + 1)
-    for value in np.unique(scores):  # tied scores share their mean rank
-        tied = scores == value
-        ranks[tied] = ranks[tied].mean()
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)  # tied scores share their mean rank: (first + last) / 2, 1-based
+    ranks = ((ends - counts + 1 + ends) / 2)[inverse]
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 

@@ -139,7 +139,10 @@ def write_mds(out: str, manifest: dict, folder: str) -> int:
     for split in ("train", "val"):
         if not manifest["splits"].get(split, {}).get("shards"):
             continue
-        with streaming.MDSWriter(out=FileSystems.join(folder, split), columns=columns, compression=None) as w:
+        target = FileSystems.join(folder, split)
+        if FileSystems.exists(target):  # written again, as the other formats are (MDSWriter refuses a folder)
+            FileSystems.delete([target])
+        with streaming.MDSWriter(out=target, columns=columns, compression=None) as w:
             for batch in _record_batches(out, manifest, split):
                 ids = batch.column("id").to_pylist()
                 tokens = batch.column("tokens")

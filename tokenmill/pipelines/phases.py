@@ -70,7 +70,9 @@ class StashFn(beam.DoFn):
         file, offset = self._writer.add(frame)
         if self._sample and live:  # where its text waits: the sample travels as small records
             chars = min(len(doc.get("text") or ""), self._cfg.tokenize.train_max_chars)
-            yield TaggedOutput(SAMPLE, (sample_key(doc), chars, (file, offset, len(frame))))
+            # The content hash breaks ties between records that share an id: a file name would not
+            # be the same from one run to the next.
+            yield TaggedOutput(SAMPLE, ((*sample_key(doc), _tie(doc)), chars, (file, offset, len(frame))))
         loc = Locator(doc.get("id") or "", _tie(doc), node.key if node else None, file, offset, len(frame))
         yield bucket_of(doc.get("id"), self._buckets), (LOCATOR, loc)
 

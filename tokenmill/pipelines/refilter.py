@@ -20,9 +20,10 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from pydantic import ValidationError
 
 from tokenmill.config import JobConfig, load_validated
-from tokenmill.errors import UserError
+from tokenmill.errors import UserError, first_line
 from tokenmill.pipelines import prepare
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.readers import InputScan
@@ -35,14 +36,21 @@ _FIXED_SECTIONS = ("read", "url", "extract", "normalize", "pii")
 _DERIVED = ("dropped_by", "dup_cluster", "dup_cluster_size", "quality_flag", "decontaminated",
             "boilerplate_chars", "n_tokens")
 _MINHASH_KEYS = ("near", "ngram", "bands", "rows", "seed")
+# Quality settings that change the signals (not only the thresholds on them).
+_SIGNAL_KEYS = ("no_space_langs", "stop_words", "fineweb_short_line_chars")
 
 
 def original_config(src: str) -> dict[str, Any]:
+    """OUT's settings, with the defaults of keys added since it was written."""
     for name in ("report/report.json", "manifest.json"):
         path = FileSystems.join(src, name)
         if FileSystems.exists(path):
             with FileSystems.open(path) as fh:
-                return json.loads(fh.read())["config"]
+                raw = json.loads(fh.read()).get("config") or {}
+            try:
+                return JobConfig.model_validate(raw).model_dump(mode="json")
+            except ValidationError as e:
+                raise UserError(f"{path}: its settings no longer validate ({first_line(e)})") from None
     raise UserError(f"{src}: not a prepared output (no report/report.json or manifest.json)")
 
 
@@ -59,10 +67,24 @@ def settings(src: str, output: str, config: str | None, sets: list[str]) -> tupl
             raise UserError(f"refilter: {section} settings differ from {src}'s, and its stored text is their "
                             f"result: run prepare again")
     lang_new, lang_old = new["language"], original["language"]
-    if lang_new["enabled"] and (not lang_old["enabled"] or lang_new["model"] != lang_old["model"]
-                                or lang_new["max_chars"] != lang_old["max_chars"]):
-        raise UserError(f"refilter: language labels come from {src} (its model, max_chars): "
+    if lang_new["enabled"] != lang_old["enabled"] or (lang_new["enabled"] and (
+            lang_new["model"] != lang_old["model"] or lang_new["max_chars"] != lang_old["max_chars"])):
+        raise UserError(f"refilter: language labels come from {src} (on or off, its model, max_chars): "
                         f"run prepare again to label them anew")
+    q_new, q_old = new["quality"], original["quality"]
+    if q_new["enabled"] and not q_old["enabled"]:
+        raise UserError(f"refilter: {src} has no quality signals (they are computed before PII redaction): "
+                        f"run prepare with quality on")
+    def signal_settings(q: dict) -> list:
+        return [[q[k] for k in _SIGNAL_KEYS]] + [
+            (lang, {k: v for k, v in o.items() if k in _SIGNAL_KEYS}) for lang, o in sorted(q["per_lang"].items())
+            if set(o) & set(_SIGNAL_KEYS)]
+
+    if signal_settings(q_new) != signal_settings(q_old):
+        raise UserError(f"refilter: {', '.join(_SIGNAL_KEYS)} change the stored signals themselves: run prepare again")
+    d_old = original["decontaminate"]
+    if d_old["enabled"] and d_old["mode"] == "cut":
+        raise UserError(f"refilter: {src}'s texts had evaluation overlaps cut; refilter a run with mode drop")
     if new["quality"]["classifier"]["model"] not in (None, original["quality"]["classifier"]["model"]):
         raise UserError(f"refilter: the classifier scores come from {src}: other models need a prepare")
     if original.get("boilerplate", {}).get("enabled"):

@@ -7,9 +7,10 @@ adds the hashes of its distinct lines (and of its domain + line), and the worker
 summed. The finish phase reads the sketch as a side input and cuts lines whose estimate
 reaches the threshold. Memory is the sketch (``depth`` x ``width`` uint32), whatever the corpus;
 the price is over-counting: a cell also counts the lines that collide with it, so a rare line
-can look common once the corpus has many more distinct line occurrences than the sketch has
-cells. With conservative update that stays rare up to ~``width`` occurrences per row; size
-``width`` to the corpus (the report gives the sketch's load, occurrences / width).
+can look common once the corpus has many more line occurrences than the sketch has cells
+(the expected excess is occurrences / 2**sketch_bits per row, the minimum of four rows is
+taken); size ``sketch_bits`` to the corpus. Copies of one page would make all its lines look
+common, so a document's own duplicates (its ``dup_cluster_size`` - 1) are not counted for it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def _norm(line: str) -> str:
 
 
 def _domain(url: str | None) -> str:
-    host = (urlsplit(url).hostname or "") if url and "://" in url else ""
+    try:
+        host = (urlsplit(url).hostname or "") if url and "://" in url else ""
+    except ValueError:  # a malformed URL (an unclosed IPv6 bracket, ...) has no domain to count
+        return ""
     return host[4:] if host.startswith("www.") else host
 
 
@@ -60,7 +64,9 @@ def _cells(keys: np.ndarray, bits: int) -> np.ndarray:
 
 
 class Sketch:
-    """A count-min sketch with conservative update, of ``2**bits`` cells per row."""
+    """A count-min sketch of ``2**bits`` cells per row. Plain updates (cells add counts), not
+    conservative ones: sums of partial sketches then equal the sketch of the whole corpus, so
+    the result does not depend on how a runner bundles and merges."""
 
     def __init__(self, bits: int, table: np.ndarray | None = None, added: int = 0):
         self.bits = bits
@@ -68,18 +74,13 @@ class Sketch:
         self.added = added
 
     def add(self, keys: np.ndarray, counts: np.ndarray | None = None) -> None:
-        """Counts the keys (each once, or ``counts`` times). Conservative update: a key's cells
-        rise only to its current estimate plus its count, which keeps collisions' over-count
-        low; no key is ever under-counted."""
+        """Counts the keys (each once, or ``counts`` times); never under-counts."""
         if not len(keys):
             return
-        if counts is None:  # a line of many documents in one block counts for each
-            keys, counts = np.unique(keys, return_counts=True)
+        counts = np.ones(len(keys), dtype=np.int64) if counts is None else counts
         cells = _cells(keys, self.bits)
-        rows = np.arange(DEPTH)[:, None]
-        est = self.table[rows, cells].min(axis=0)
-        for r in range(DEPTH):  # keys sharing a cell: np.maximum.at keeps the largest
-            np.maximum.at(self.table[r], cells[r], (est + counts).astype(np.uint32))
+        for r in range(DEPTH):
+            self.table[r] += np.bincount(cells[r], weights=counts, minlength=len(self.table[r])).astype(np.uint32)
         self.added += int(counts.sum())
 
     def estimate(self, keys: np.ndarray) -> np.ndarray:
@@ -92,6 +93,14 @@ class Sketch:
         self.added += other.added
 
 
+def _weighted(keys: list[np.ndarray], counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct keys and their summed counts."""
+    if not keys:
+        return np.empty(0, np.uint64), np.empty(0, np.int64)
+    uniq, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    return uniq, np.bincount(inverse, weights=np.concatenate(counts), minlength=len(uniq)).astype(np.int64)
+
+
 class SketchFn(beam.CombineFn):
     """Every document's line keys -> one Sketch. An accumulator stays sparse (distinct keys and
     their counts, the size of what a bundle saw) until it would outgrow the dense table: a
@@ -99,15 +108,15 @@ class SketchFn(beam.CombineFn):
 
     def __init__(self, bits: int):
         self._bits = bits
-        self._sparse_max = (DEPTH << bits) // 3  # keys + counts (12 B) vs 4 B cells
+        self._sparse_max = (DEPTH << bits) // 3  # keys + counts (16 B) vs 4 x 4 B cells
 
     def create_accumulator(self):
-        return [np.empty(0, np.uint64), np.empty(0, np.int64), []]  # keys, counts, pending arrays
+        return [np.empty(0, np.uint64), np.empty(0, np.int64), []]  # keys, counts, pending key arrays
 
     def _sparse(self, acc):
         if acc[2]:
-            keys, counts = np.unique(np.concatenate([np.repeat(acc[0], acc[1]), *acc[2]]), return_counts=True)
-            acc[:] = [keys, counts, []]
+            pending = np.concatenate(acc[2])
+            acc[:] = [*_weighted([acc[0], pending], [acc[1], np.ones(len(pending), np.int64)]), []]
         return acc
 
     def add_input(self, acc, keys):
@@ -132,19 +141,18 @@ class SketchFn(beam.CombineFn):
     def merge_accumulators(self, accs):
         out = None
         for acc in accs:
+            if not isinstance(acc, Sketch):
+                self._sparse(acc)
             if out is None:
-                out = acc if isinstance(acc, Sketch) else self._sparse(acc)
+                out = acc
             elif isinstance(out, Sketch) or isinstance(acc, Sketch) or len(out[0]) + len(acc[0]) > self._sparse_max:
                 out = self._dense(out)
                 if isinstance(acc, Sketch):
                     out.merge(acc)
                 else:
-                    self._sparse(acc)
                     out.add(acc[0], acc[1])
             else:
-                self._sparse(acc)
-                out[2].append(np.repeat(acc[0], acc[1]))
-                self._sparse(out)
+                out[:] = [*_weighted([out[0], acc[0]], [out[1], acc[1]]), []]
         return out if out is not None else self.create_accumulator()
 
     def compact(self, acc):
@@ -155,7 +163,10 @@ class SketchFn(beam.CombineFn):
 
 
 def strip(doc: dict[str, Any], sketch: Sketch, cfg: BoilerplateConfig) -> tuple[int, int]:
-    """Cuts the document's boilerplate lines in place; returns (lines, characters) cut."""
+    """Cuts the document's boilerplate lines in place; returns (lines, characters) cut. The
+    copies of the document that dedup found (``dup_cluster_size`` - 1) are taken off each count:
+    they hold its lines too, and they were counted before dedup ran."""
+    copies = max(0, (doc.get("dup_cluster_size") or 1) - 1)
     text = doc.get("text") or ""
     lines = text.split("\n")
     norms = [_norm(line) for line in lines]
@@ -164,11 +175,11 @@ def strip(doc: dict[str, Any], sketch: Sketch, cfg: BoilerplateConfig) -> tuple[
         return 0, 0
     enc = [n.encode("utf-8", "surrogatepass") for n in candidates]
     corpus = sketch.estimate(np.array([xxhash.xxh3_64_intdigest(e) for e in enc], dtype=np.uint64))
-    common = {n for n, c in zip(candidates, corpus.tolist()) if c >= cfg.min_docs}
+    common = {n for n, c in zip(candidates, corpus.tolist()) if c - copies >= cfg.min_docs}
     domain = _domain(doc.get("url"))
     if domain and cfg.min_docs_domain:
         keys = np.array([xxhash.xxh3_64_intdigest(domain.encode() + b"\x00" + e) for e in enc], dtype=np.uint64)
-        common |= {n for n, c in zip(candidates, sketch.estimate(keys).tolist()) if c >= cfg.min_docs_domain}
+        common |= {n for n, c in zip(candidates, sketch.estimate(keys).tolist()) if c - copies >= cfg.min_docs_domain}
     if not common:
         return 0, 0
     kept = [line for line, n in zip(lines, norms) if n not in common]

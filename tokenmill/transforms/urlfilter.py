@@ -30,7 +30,8 @@ STAGE = "url"
 
 
 def _host_path(url: str) -> tuple[str, str]:
-    """(host lower-cased without ``www.`` and port, the rest of the URL from its path on)."""
+    """(host lower-cased without ``www.`` and port, the rest of the URL from its path on);
+    ValueError for a malformed one (an unclosed IPv6 bracket, a character NFKC turns into /?#@:)."""
     parts = urlsplit(url.strip() if "://" in url else "//" + url.strip())
     host = (parts.hostname or "").rstrip(".")
     host = host[4:] if host.startswith("www.") else host
@@ -55,18 +56,25 @@ class UrlList:
                 except re.error as e:
                     raise UserError(f"{file}:{line}: bad regex {entry[3:]!r} ({e})") from None
                 patterns.append(f"(?:{entry[3:]})")
-            elif "/" in entry:
-                host, rest = _host_path(entry)
-                self.prefixes.setdefault(host, []).append(rest)
             else:
-                self.domains.add(_host_path(entry)[0])
+                try:
+                    host, rest = _host_path(entry)
+                except ValueError as e:
+                    raise UserError(f"{file}:{line}: {entry!r} is not a domain or URL prefix ({e})") from None
+                if "/" in entry:
+                    self.prefixes.setdefault(host, []).append(rest)
+                else:
+                    self.domains.add(host)
         self.regex = re.compile("|".join(patterns)) if patterns else None
 
     def __len__(self) -> int:
         return len(self.domains) + sum(map(len, self.prefixes.values())) + (self.regex is not None)
 
     def match(self, url: str) -> bool:
-        host, rest = _host_path(url)
+        try:
+            host, rest = _host_path(url)
+        except ValueError:  # a malformed URL: only the regexes can speak about it
+            host, rest = "", ""
         labels = host.split(".")
         if any(".".join(labels[i:]) in self.domains for i in range(len(labels))):
             return True

@@ -224,7 +224,7 @@ class _Sized(beam.DoFn):
         _cluster, verdicts = kv
         size = sum(1 for _ in verdicts)
         for v in verdicts:
-            yield v._replace(size=size)
+            yield v._replace(size=size, label=b"")  # the label's job is done: lighter on the way to buckets
 
 
 class Dedup(beam.PTransform):
@@ -300,7 +300,7 @@ class Dedup(beam.PTransform):
             | "JoinGroup" >> beam.GroupByKey()
             | "Assign" >> beam.ParDo(_Assign(cfg))
             # Every member learns its cluster's size (dup_cluster_size, and rehydration).
-            | "ByCluster" >> beam.Map(lambda v: (v.cluster, v))
+            | "ByCluster" >> beam.Map(lambda v: (v.label, v))
             | "ClusterGroup" >> beam.GroupByKey()
             | "Sized" >> beam.ParDo(_Sized())
         )

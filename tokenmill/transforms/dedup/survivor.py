@@ -98,6 +98,7 @@ class Verdict(NamedTuple):
     cluster: str
     reason: str | None
     size: int = 0
+    label: bytes = b""  # the survivor's node key: names the cluster even where ids repeat
 
 
 def rehydrated(size: int, repeats: dict[int, int]) -> int:
@@ -122,14 +123,15 @@ def group_verdicts(keys: Iterable[bytes], label: bytes | None, mode: str) -> Ite
         rep = k if rep is None or k < rep else rep
     if count == 0 or (count == 1 and label is None):
         return
-    cluster = node_id(label if label is not None else rep, mode)
+    survivor = label if label is not None else rep
+    cluster = node_id(survivor, mode)
     rep_seen = False
     for k in keys:
         if not rep_seen and k == rep:
             rep_seen = True
-            yield Verdict(k, cluster, NEAR if label is not None and label != rep else None)
+            yield Verdict(k, cluster, NEAR if label is not None and label != rep else None, label=survivor)
         else:
-            yield Verdict(k, cluster, EXACT)
+            yield Verdict(k, cluster, EXACT, label=survivor)
 
 
 # The survivor or near-duplicate verdict of a key goes to its first record, exact ones after.
