@@ -138,7 +138,7 @@ def data(tmp_path_factory):
     small = d / "small"
     write_docs(small / "a.jsonl", 20, 60, seed=1)
     big = d / "big"  # a few seconds of pipeline
-    write_docs(big / "b.jsonl", 2500, 200, seed=2)
+    write_docs(big / "b.jsonl", 6000, 200, seed=2)  # long enough that a signal 0.5 s in never meets the publish
     return d, small, big
 
 
@@ -218,7 +218,7 @@ def test_a_second_run_into_a_busy_output_is_refused(tmp_path, data, fast, capsys
         _, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
     assert leftovers(out) == [] and inspect_output(str(out)) == 0
-    assert len(doc_ids(out)) == 2500
+    assert len(doc_ids(out)) == 6000
 
 
 def test_a_killed_run_neither_blocks_the_next_nor_leaves_its_stage(tmp_path, data, fast):
