@@ -68,12 +68,13 @@ class StashFn(beam.DoFn):
                 yield TaggedOutput(LINES, keys)
         frame = docmod.pack(doc)
         file, offset = self._writer.add(frame)
+        tie = _tie(doc)
         if self._sample and live:  # where its text waits: the sample travels as small records
             chars = min(len(doc.get("text") or ""), self._cfg.tokenize.train_max_chars)
             # The content hash breaks ties between records that share an id: a file name would not
             # be the same from one run to the next.
-            yield TaggedOutput(SAMPLE, ((*sample_key(doc), _tie(doc)), chars, (file, offset, len(frame))))
-        loc = Locator(doc.get("id") or "", _tie(doc), node.key if node else None, file, offset, len(frame))
+            yield TaggedOutput(SAMPLE, ((*sample_key(doc), tie), chars, (file, offset, len(frame))))
+        loc = Locator(doc.get("id") or "", tie, node.key if node else None, file, offset, len(frame))
         yield bucket_of(doc.get("id"), self._buckets), (LOCATOR, loc)
 
     def finish_bundle(self):

@@ -92,7 +92,7 @@ def settings(src: str, output: str, config: str | None, sets: list[str]) -> tupl
     return cfg, original
 
 
-def input_scan(src: str, original: dict[str, Any]) -> InputScan:
+def input_scan(src: str) -> InputScan:
     """OUT's input list (the bucket count derives from it, as in prepare) and its skipped files."""
     with FileSystems.open(FileSystems.join(src, prepare.INPUT_LIST)) as fh:
         files = [InputFile(**json.loads(line)) for line in fh.read().decode("utf-8").splitlines() if line.strip()]
@@ -104,7 +104,7 @@ def input_scan(src: str, original: dict[str, Any]) -> InputScan:
     return InputScan(files, skipped)
 
 
-def refilter_doc(row: dict[str, Any], cfg: JobConfig, reuse_minhash: bool) -> dict[str, Any]:
+def refilter_doc(row: dict[str, Any], reuse_minhash: bool) -> dict[str, Any]:
     """The pure core of the head: a stored row, ready for the stages that are redone (its
     derived columns cleared, the fixed stages' drops kept)."""
     doc = dict(row)
@@ -137,7 +137,7 @@ class RefilterFn(beam.DoFn):
             fn.setup()
 
     def process(self, row):
-        doc = refilter_doc(row, self._cfg, self._reuse)
+        doc = refilter_doc(row, self._reuse)
         if doc.get("dropped_by"):
             yield doc
             return
@@ -174,6 +174,6 @@ def run(src: str, output: str, config: str | None, sets: list[str], beam_args: l
         raise UserError("refilter: --output must be another folder than OUT")
     prepare.check_settings(cfg)
     reuse = all(cfg.dedup.model_dump()[k] == original["dedup"][k] for k in _MINHASH_KEYS)
-    scan = input_scan(src, original)
+    scan = input_scan(src)
     cfg.inputs = original["inputs"]
     return prepare.run(cfg, beam_args, None, graph(src, reuse), scan)

@@ -43,18 +43,23 @@ def _domain(url: str | None) -> str:
     return host[4:] if host.startswith("www.") else host
 
 
+def _keys(lines: list[str], domain: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sketch keys of normalised lines: corpus-wide, and within ``domain`` (none without one).
+    Counting (line_keys) and cutting (strip) both derive them here, so they always agree."""
+    enc = [line.encode("utf-8", "surrogatepass") for line in lines]
+    corpus = np.array([xxhash.xxh3_64_intdigest(e) for e in enc], dtype=np.uint64)
+    prefix = domain.encode("utf-8", "surrogatepass") + b"\x00"
+    in_domain = np.array([xxhash.xxh3_64_intdigest(prefix + e) for e in enc] if domain else [], dtype=np.uint64)
+    return corpus, in_domain
+
+
 def line_keys(doc: dict[str, Any], min_chars: int) -> np.ndarray:
     """The sketch keys of a document: each distinct line of ``min_chars``+ characters, and the
     same line within the document's domain (when it has a URL)."""
-    lines = {n for line in (doc.get("text") or "").split("\n") if len(n := _norm(line)) >= min_chars}
+    lines = sorted({n for line in (doc.get("text") or "").split("\n") if len(n := _norm(line)) >= min_chars})
     if not lines:
         return np.empty(0, dtype=np.uint64)
-    domain = _domain(doc.get("url"))
-    keys = [xxhash.xxh3_64_intdigest(line.encode("utf-8", "surrogatepass")) for line in sorted(lines)]
-    if domain:
-        keys += [xxhash.xxh3_64_intdigest(f"{domain}\x00{line}".encode("utf-8", "surrogatepass"))
-                 for line in sorted(lines)]
-    return np.array(keys, dtype=np.uint64)
+    return np.concatenate(_keys(lines, _domain(doc.get("url"))))
 
 
 def _cells(keys: np.ndarray, bits: int) -> np.ndarray:
@@ -173,13 +178,10 @@ def strip(doc: dict[str, Any], sketch: Sketch, cfg: BoilerplateConfig) -> tuple[
     candidates = sorted({n for n in norms if len(n) >= cfg.min_chars})
     if not candidates:
         return 0, 0
-    enc = [n.encode("utf-8", "surrogatepass") for n in candidates]
-    corpus = sketch.estimate(np.array([xxhash.xxh3_64_intdigest(e) for e in enc], dtype=np.uint64))
-    common = {n for n, c in zip(candidates, corpus.tolist()) if c - copies >= cfg.min_docs}
-    domain = _domain(doc.get("url"))
-    if domain and cfg.min_docs_domain:
-        keys = np.array([xxhash.xxh3_64_intdigest(domain.encode() + b"\x00" + e) for e in enc], dtype=np.uint64)
-        common |= {n for n, c in zip(candidates, sketch.estimate(keys).tolist()) if c - copies >= cfg.min_docs_domain}
+    corpus, in_domain = _keys(candidates, _domain(doc.get("url")) if cfg.min_docs_domain else "")
+    common = {n for n, c in zip(candidates, sketch.estimate(corpus).tolist()) if c - copies >= cfg.min_docs}
+    if len(in_domain):
+        common |= {n for n, c in zip(candidates, sketch.estimate(in_domain).tolist()) if c - copies >= cfg.min_docs_domain}
     if not common:
         return 0, 0
     kept = [line for line, n in zip(lines, norms) if n not in common]
