@@ -81,7 +81,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=512)
     args = ap.parse_args()
 
-    from tokenmill.transforms.shards import shard_bytes, shard_schema, write_atomically
+    from tokenmill.format import shard_bytes, shard_schema
+    from tokenmill.transforms.shards import write_atomically
     from tokenmill.transforms.tokenize import encode_texts, tokenizer_info, train_tokenizer
 
     docs = load_docs(args.docs)

@@ -43,7 +43,7 @@ from tokenmill.transforms.dedup import (
     verify_in_group,
     verify_local,
 )
-from tokenmill.transforms.dedup.lsh import pack_keys
+from tokenmill.transforms.dedup.lsh import BandBlob, pack_keys
 
 # --------------------------------------------------------------------------- pure cores
 
@@ -122,8 +122,7 @@ def test_copies_do_not_count_towards_a_bucket(tmp_path):
     batches of one, d must still be found a near duplicate of b, as when they share a batch."""
     ha, hb = exact_hash("a"), exact_hash("b")
     keys = [b"1" + ha, b"2" + hb, b"3" + hb, b"4" + ha, b"4" + ha]  # the last: one record read twice
-    blob = (b"B", np.zeros(5, np.uint64).tobytes(), np.arange(5, dtype=np.uint32).tobytes(),
-            *pack_keys(keys))
+    blob = BandBlob(np.zeros(5, np.uint64).tobytes(), np.arange(5, dtype=np.uint32).tobytes(), *pack_keys(keys))
     edges, big = bucket_edges([blob], 2)  # 2 distinct texts: all pairs, no star
     assert big == 0 and edges.key_pairs() == [(keys[0], keys[1]), (keys[0], keys[3]), (keys[1], keys[2])]
 

@@ -9,7 +9,7 @@ import pytest
 
 from tokenmill.pipelines.phases import ShardOpener, _tie, finish_bucket
 from tokenmill.transforms import doc as docmod
-from tokenmill.transforms.buckets import CandidateReader, CandidateWriter, Locator
+from tokenmill.transforms.buckets import CandidateReader, CandidateWriter, Locator, pack
 from tokenmill.transforms.tokenize import Encoder, train_tokenizer
 
 
@@ -19,7 +19,7 @@ def stash(tmp_path, n: int = 40):
     locators, docs = [], []
     for i in reversed(range(n)):
         d = docmod.new_doc(f"doc-{i:03d}", f"https://example.com/{i}", text=f"document number {i} " * 20)
-        frame = docmod.pack(d)
+        frame = pack(d)
         file, offset = writer.add(frame)
         locators.append(Locator(d["id"], _tie(d), None, file, offset, len(frame)))
         docs.append(d)

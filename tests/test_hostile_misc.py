@@ -10,8 +10,9 @@ import pytest
 from rich.console import Console
 
 from tokenmill.cli import main
+from tokenmill.format import manifest_problem
 from tokenmill.pipelines.inspect import inspect_output
-from tokenmill.transforms.shards import manifest_problem, write_manifest, write_shard
+from tokenmill.transforms.shards import write_manifest, write_shard
 
 
 def make_out(out) -> str:

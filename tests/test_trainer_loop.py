@@ -187,7 +187,7 @@ def test_checksums_are_split_across_ranks(output, tmp_path):
     the one rank that owns it."""
     import shutil
 
-    from tokenmill.transforms.shards import load_manifest, verify_output
+    from tokenmill.format import load_manifest, verify_output
 
     out = str(tmp_path / "out")
     shutil.copytree(output, out)

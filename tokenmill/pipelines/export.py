@@ -31,7 +31,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.errors import UserError
-from tokenmill.transforms.shards import load_manifest, tokenizer_path
+from tokenmill.format import load_manifest, tokenizer_path
 
 FORMATS = ("megatron", "nanogpt", "mds")
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"

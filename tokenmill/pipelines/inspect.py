@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenmill.errors import UserError
-from tokenmill.transforms.shards import check_vocab, load_manifest, tokenizer_path, verify_output
+from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
 from tokenmill.transforms.tokenize import tokenizer_from_json
 
 

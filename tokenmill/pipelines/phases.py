@@ -17,18 +17,27 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import TaggedOutput
 
 from tokenmill.config import JobConfig
+from tokenmill.format import shard_schema, split_of
 from tokenmill.pipelines.progress import reporter
 from tokenmill.transforms import boilerplate
 from tokenmill.transforms import doc as docmod
-from tokenmill.transforms.buckets import TMP, CandidateReader, CandidateWriter, Locator, bucket_of, localize
+from tokenmill.transforms.buckets import (
+    TMP,
+    CandidateReader,
+    CandidateWriter,
+    Locator,
+    bucket_of,
+    localize,
+    pack,
+    unpack,
+)
 from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, rehydrated
-from tokenmill.transforms.shards import ShardFile, shard_schema, split_of
+from tokenmill.transforms.shards import ShardFile
 from tokenmill.transforms.stage import count
-from tokenmill.transforms.tokenize import Encoder, sample_key
+from tokenmill.transforms.tokenize import Encoder, SampleItem, sample_key
 
 NODES, SAMPLE, SHARDS, LINES = "nodes", "sample", "shards", "lines"
 KEPT, DUPLICATES, FILTERED = "kept", "duplicates", "filtered"  # the docs Parquet files
-LOCATOR, VERDICT = 0, 1  # tags of what a bucket's group holds
 
 
 def candidates_folder(out: str) -> str:
@@ -66,16 +75,16 @@ class StashFn(beam.DoFn):
             keys = boilerplate.line_keys(doc, self._cfg.boilerplate.min_chars)
             if len(keys):
                 yield TaggedOutput(LINES, keys)
-        frame = docmod.pack(doc)
+        frame = pack(doc)
         file, offset = self._writer.add(frame)
         tie = _tie(doc)
         if self._sample and live:  # where its text waits: the sample travels as small records
             chars = min(len(doc.get("text") or ""), self._cfg.tokenize.train_max_chars)
             # The content hash breaks ties between records that share an id: a file name would not
             # be the same from one run to the next.
-            yield TaggedOutput(SAMPLE, ((*sample_key(doc), tie), chars, (file, offset, len(frame))))
+            yield TaggedOutput(SAMPLE, SampleItem((*sample_key(doc), tie), chars, (file, offset, len(frame))))
         loc = Locator(doc.get("id") or "", tie, node.key if node else None, file, offset, len(frame))
-        yield bucket_of(doc.get("id"), self._buckets), (LOCATOR, loc)
+        yield bucket_of(doc.get("id"), self._buckets), loc
 
     def finish_bundle(self):
         self._writer.close()
@@ -106,7 +115,7 @@ class SampleReader:
         if self._reader is None:
             self._reader = CandidateReader()
         file, offset, length = where
-        doc = docmod.unpack(self._reader.read(Locator("", 0, None, file, offset, length)))
+        doc = unpack(self._reader.read(Locator("", 0, None, file, offset, length)))
         return (doc.get("text") or "")[: self._max_chars]
 
     def close(self) -> None:
@@ -118,7 +127,7 @@ class SampleReader:
 def verdict_for_bucket(v: Verdict, buckets: int, mode: str):
     from tokenmill.transforms.dedup import node_id
 
-    return bucket_of(node_id(v.key, mode), buckets), (VERDICT, v)
+    return bucket_of(node_id(v.key, mode), buckets), v
 
 
 class ShardOpener:
@@ -178,7 +187,7 @@ def finish_bucket(
 
     try:
         for loc in sorted(locators, key=lambda lc: (lc.id, lc.tie, lc.key or b"")):
-            doc = docmod.unpack(reader.read(loc))
+            doc = unpack(reader.read(loc))
             if docmod.is_dropped(doc):  # by a clean-phase stage
                 yield write(FILTERED, doc)
                 continue
@@ -243,11 +252,12 @@ class FinishFn(beam.DoFn):
             return docmod.DocsFile(FileSystems.join(self._out, "docs", name), self._schema)
 
         progress = reporter(self._progress_folder)
-        locators, local_copy = [v for t, v in items if t == LOCATOR], None
+        # A bucket's group holds its Locators and its Verdicts.
+        locators, local_copy = [v for v in items if isinstance(v, Locator)], None
         try:
             if locators and "://" in locators[0].file:  # remote candidates: one sequential pass first
                 locators, local_copy = localize(locators, reader)
-            for tag, value in finish_bucket(locators, (v for t, v in items if t == VERDICT),
+            for tag, value in finish_bucket(locators, (v for v in items if isinstance(v, Verdict)),
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
                                             d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
                                             (sketch, self._cfg.boilerplate) if sketch is not None else None):

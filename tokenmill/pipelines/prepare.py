@@ -16,28 +16,21 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill import __version__
-from tokenmill.config import JobConfig, QualityConfig
+from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
 from tokenmill.pipelines import launch, output, phases, progress
 from tokenmill.pipelines.export import export as export_format
 from tokenmill.pipelines.export import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
-from tokenmill.transforms import classifier, decontaminate, shards, tokenize
 from tokenmill.transforms import doc as docmod
+from tokenmill.transforms import shards, tokenize
 from tokenmill.transforms.boilerplate import SketchFn
 from tokenmill.transforms.buckets import TMP, bucket_count
-from tokenmill.transforms.decontaminate import DecontaminateFn
 from tokenmill.transforms.dedup import Dedup, cluster_stats
-from tokenmill.transforms.extract import ExtractFn
-from tokenmill.transforms.langid import LanguageFn, check_languages
-from tokenmill.transforms.normalize import NormalizeFn
-from tokenmill.transforms.pii import KINDS as PII_KINDS
-from tokenmill.transforms.pii import PiiFn
-from tokenmill.transforms.quality import QualityFn
 from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.stage import count
-from tokenmill.transforms.urlfilter import UrlFn, read_list
+from tokenmill.transforms.stages import enabled as stages_enabled
 
 INPUT_LIST = "inputs.jsonl"
 
@@ -81,17 +74,9 @@ def check_job(cfg: JobConfig) -> InputScan:
 
 def check_settings(cfg: JobConfig) -> None:
     """The checks of check_job that do not read the inputs (refilter has no inputs to read)."""
-    if cfg.language.enabled:
-        check_languages(cfg.language, {"quality.per_lang": list(cfg.quality.per_lang)} if cfg.quality.enabled else None)
-    if cfg.quality.enabled and cfg.quality.classifier.model is not None:
-        classifier.check(cfg.quality.classifier)
-    if cfg.url.enabled:  # every list reads and every regex compiles, before the job starts
-        read_list(cfg.url.block_files + cfg.url.allow_files)
-    if cfg.decontaminate.enabled:
-        grams = decontaminate.load(cfg.decontaminate)
-        if not any(grams.items):
-            raise UserError(f"decontaminate.files: no item of {cfg.decontaminate.min_words}+ words in fields "
-                            f"{', '.join(cfg.decontaminate.fields)} of {', '.join(cfg.decontaminate.files)}")
+    for spec, section in stages_enabled(cfg):
+        if spec.check is not None:
+            spec.check(section, cfg)
     if cfg.tokenize.enabled and cfg.tokenize.tokenizer:
         tokenize.check_tokenizer(cfg.tokenize.tokenizer, cfg.tokenize.eos_token)
     if cfg.shards.enabled and not cfg.tokenize.enabled:
@@ -111,23 +96,7 @@ def check_settings(cfg: JobConfig) -> None:
 def clean_steps(cfg: JobConfig) -> list[tuple[str, Any, list[pa.Field]]]:
     """The clean phase after Read, in order: (stage, its DoFn, the docs Parquet fields it adds),
     for the stages the config turns on. ``refilter`` derives the same stage list and fields."""
-    steps: list[tuple[str, Any, list[pa.Field]]] = []
-    if cfg.url.enabled:  # before extraction: a blocked page is not parsed
-        steps.append(("url", UrlFn(cfg.url), []))
-    steps.append(("extract", ExtractFn(cfg.extract), []))
-    if cfg.normalize.enabled:
-        steps.append(("normalize", NormalizeFn(cfg.normalize), []))
-    if cfg.language.enabled:
-        steps.append(("language", LanguageFn(cfg.language), []))
-    if cfg.quality.enabled:
-        steps.append(("quality", QualityFn(cfg.quality), quality_fields(cfg.quality)))
-    if cfg.pii.enabled:
-        # Redactions per kind: a struct (HF datasets reads structs, not Arrow maps).
-        steps.append(("pii", PiiFn(cfg.pii), [pa.field("pii", pa.struct([(k, pa.int32()) for k in PII_KINDS]))]))
-    if cfg.decontaminate.enabled:
-        steps.append(("decontaminate", DecontaminateFn(cfg.decontaminate),
-                      [pa.field("decontaminated", pa.list_(pa.string()))]))
-    return steps
+    return [(spec.name, spec.fn(section), spec.fields(section)) for spec, section in stages_enabled(cfg)]
 
 
 def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_to: str | None = None) -> None:
@@ -206,21 +175,6 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
             | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra,
                                         dedup=beam.pvalue.AsSingleton(dedup_stats))
         )
-
-
-def quality_fields(quality: QualityConfig | None = None) -> list[pa.Field]:
-    """The signal columns, the score, the classifiers' scores and, in tag mode, the decision a
-    filter would have taken (quality_flag) and the MinHash signature (for refilter)."""
-    from tokenmill.transforms.classifier import models
-    from tokenmill.transforms.quality import INT_SIGNALS, SIGNALS
-
-    fields = [pa.field(n, pa.int32() if n in INT_SIGNALS else pa.float32()) for n in SIGNALS]
-    fields.append(pa.field("quality_score", pa.float32()))
-    if quality is not None:
-        fields += [pa.field(column, pa.float32()) for column in models(quality.classifier)]
-        if quality.mode == "tag":
-            fields += [pa.field("quality_flag", pa.string()), pa.field("minhash", pa.binary())]
-    return fields
 
 
 def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):

@@ -72,7 +72,7 @@ def val_texts(out: str, manifest: dict, limit: int) -> list[str]:
     import pyarrow as pa
     from tokenizers import Tokenizer
 
-    from tokenmill.transforms.shards import tokenizer_path
+    from tokenmill.format import tokenizer_path
 
     tok = manifest["tokenizer"]
     tokenizer = Tokenizer.from_file(tokenizer_path(out, manifest))
@@ -154,10 +154,10 @@ def _device():
 def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: str, config: str | None = None,
             sets: list[str] | None = None, eval_docs: int = EVAL_DOCS) -> dict:
     from tokenmill import __version__
+    from tokenmill.format import tokenizer_path
     from tokenmill.trainer import data as D
     from tokenmill.trainer.evaluation import text_bpb
     from tokenmill.trainer.export import load_exported
-    from tokenmill.transforms.shards import tokenizer_path
 
     sets = list(sets or [])
     if len(outs) < 2:

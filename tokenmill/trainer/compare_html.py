@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenmill.transforms.report_html import CSS, esc, funnel_svg, table
+from tokenmill.page import CSS, esc, funnel_svg, table
 
 COLORS = ["#1f6feb", "#c8553d", "#2f7d4f", "#8250df", "#bf8700", "#0a7b83", "#cf222e", "#57606a"]
 

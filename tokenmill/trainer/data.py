@@ -40,20 +40,12 @@ MIX_BLOCK = 10_000  # mixture weights are honoured to 1/MIX_BLOCK within every b
 def open_output(out: str, verify_checksums: bool = True, part: tuple[int, int] = (0, 1)) -> dict:
     """The manifest of a prepared output, after checking its shards; one clear line otherwise.
     ``part`` (i, n): hash only the i-th of every n shards (each rank its own slice)."""
-    from tokenmill.transforms.shards import check_vocab, load_manifest, verify_output
+    from tokenmill.format import check_vocab, load_manifest, verify_output
 
     manifest = load_manifest(out)
     check_vocab(out, manifest)
-    if verify_checksums:
-        problems = verify_output(out, manifest, part)
-    else:  # sizes only, every shard: for outputs too big to hash at every start
-        problems = []
-        for info in manifest.get("splits", {}).values():
-            for s in info.get("shards", []):
-                path = os.path.join(out, s["file"])
-                size = os.path.getsize(path) if os.path.exists(path) else None
-                if size != s["bytes"]:
-                    problems.append(f"{path}: {'missing' if size is None else f'{size} bytes'}, manifest says {s['bytes']} bytes")
+    # Without checksums: every shard's size (for outputs too big to hash at every start).
+    problems = verify_output(out, manifest, part if verify_checksums else (0, 1), checksums=verify_checksums)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise UserError(f"refusing to train on {out}: {problems[0]}{more}; re-run `tokenmill prepare` "

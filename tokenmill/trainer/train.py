@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from tokenmill.data import PackedDataset
 from tokenmill.data import loader as data_loader
 from tokenmill.errors import UserError, first_line
+from tokenmill.format import tokenizer_path
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
 from tokenmill.trainer.config import OptimConfig, TrainJobConfig
@@ -62,7 +63,6 @@ from tokenmill.trainer.preflight import (
 )
 from tokenmill.trainer.spikes import FILE as SPIKES
 from tokenmill.trainer.spikes import SpikeLog
-from tokenmill.transforms.shards import tokenizer_path
 
 # ---------------------------------------------------------------- pure pieces
 

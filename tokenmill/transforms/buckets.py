@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
+import threading
 import uuid
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import xxhash
+import zstandard
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
 TMP = ".tmp"  # under the run's stage folder; removed before the output is published
@@ -34,6 +37,8 @@ _COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".parquet")
 # job of one bucket would leave all but one worker idle.
 MIN_BUCKETS = 4
 MAX_BUCKETS = 100_000
+# zstd contexts are not thread-safe, and Beam's multi_threading mode shares a process.
+_zstd = threading.local()
 
 
 def estimate_token_bytes(path: str, size: int) -> float:
@@ -55,6 +60,22 @@ def bucket_count(files, target_bytes: int, explicit: int = 0) -> int:
 
 def bucket_of(doc_id: str | None, buckets: int) -> int:
     return xxhash.xxh3_64_intdigest((doc_id or "").encode("utf-8", "surrogatepass")) % buckets
+
+
+def pack(doc: dict[str, Any]) -> bytes:
+    """``doc`` as compact bytes, a frame of the candidate files. zstd takes the pickle to about
+    half; level -1 costs half the CPU of level 1 for a frame about 15% larger (bench/stages.py)."""
+    return _zstd_contexts().c.compress(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    return pickle.loads(_zstd_contexts().d.decompress(blob))
+
+
+def _zstd_contexts():
+    if not hasattr(_zstd, "c"):
+        _zstd.c, _zstd.d = zstandard.ZstdCompressor(level=-1), zstandard.ZstdDecompressor()
+    return _zstd
 
 
 class Locator(NamedTuple):

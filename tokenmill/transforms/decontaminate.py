@@ -15,12 +15,14 @@ import os
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from tokenmill.config import DecontaminateConfig
+from tokenmill.errors import UserError
 from tokenmill.transforms.dedup.text import has_tokens
 from tokenmill.transforms.dedup.text import token_spans as words
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import StageFn, count
+from tokenmill.transforms.stage import Stage, StageFn, count
 from tokenmill.transforms.userfiles import texts
 
 STAGE = "decontaminate"
@@ -151,9 +153,6 @@ def decontaminate(doc: dict[str, Any], grams: EvalGrams, mode: str) -> dict[str,
 class DecontaminateFn(StageFn):
     stage = STAGE
 
-    def __init__(self, cfg: DecontaminateConfig):
-        self.cfg = cfg
-
     def setup(self):
         self._grams = load(self.cfg)
 
@@ -162,3 +161,13 @@ class DecontaminateFn(StageFn):
         for name in doc.get("decontaminated") or ():
             count(f"{STAGE}.file.{name}")
         return doc
+
+
+def _check(cfg: DecontaminateConfig, job) -> None:
+    if not any(load(cfg).items):
+        raise UserError(f"decontaminate.files: no item of {cfg.min_words}+ words in fields "
+                        f"{', '.join(cfg.fields)} of {', '.join(cfg.files)}")
+
+
+SPEC = Stage(STAGE, "decontaminate", DecontaminateFn, fields=lambda cfg: [pa.field("decontaminated", pa.list_(pa.string()))],
+             check=_check)

@@ -12,23 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import pickle
 import re
-import threading
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import zstandard
-
-from tokenmill.memory import tame_allocators
 
 TRANSIENT_KEYS = ("html", "encoding")
-# zstd contexts are not thread-safe, and Beam's multi_threading mode shares a process.
-_zstd = threading.local()
-
-# Set where documents are defined, so it holds on every worker of every runner.
-tame_allocators()
 
 # Columns of OUT/docs/*.parquet in order. Later stages (quality signals) add their columns
 # through ``extra_fields``.
@@ -149,25 +139,6 @@ def drop(doc: dict[str, Any], stage: str, reason: str) -> dict[str, Any]:
 
 def is_dropped(doc: dict[str, Any]) -> bool:
     return bool(doc.get("dropped_by"))
-
-
-def pack(doc: dict[str, Any]) -> bytes:
-    """``doc`` as compact bytes, for the candidate files where documents wait for the finish
-    phase (pipelines/phases). zstd takes the pickles to about half. Level -1, not
-    1: on bench/stages.py's 8,092 docs 10.0 MB instead of 8.5 (of 16.8) at half the CPU
-    (44 + 16 ms against 81 + 35 to compress + decompress), and the same peak in
-    bench/scaling.py's survivor-heavy 20k run."""
-    return _zstd_contexts().c.compress(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def unpack(blob: bytes) -> dict[str, Any]:
-    return pickle.loads(_zstd_contexts().d.decompress(blob))
-
-
-def _zstd_contexts():
-    if not hasattr(_zstd, "c"):
-        _zstd.c, _zstd.d = zstandard.ZstdCompressor(level=-1), zstandard.ZstdDecompressor()
-    return _zstd
 
 
 def to_row(doc: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:

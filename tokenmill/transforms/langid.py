@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import drop, stored
-from tokenmill.transforms.stage import StageFn
+from tokenmill.transforms.stage import Stage, StageFn
 
 
 def default_model_path() -> str:
@@ -122,10 +122,7 @@ def decide(lang: str, score: float, cfg: LanguageConfig) -> str | None:
 
 class LanguageFn(StageFn):
     stage = "language"
-
-    def __init__(self, cfg: LanguageConfig):
-        self.cfg = cfg
-        self.model = None
+    model = None  # loaded in setup
 
     def setup(self):
         # Loaded once per worker, from the installed package or the path the config names.
@@ -136,3 +133,11 @@ class LanguageFn(StageFn):
         doc["lang_score"] = stored(score)
         reason = decide(doc["lang"], doc["lang_score"], self.cfg)
         return drop(doc, self.stage, reason) if reason else doc
+
+
+def _check(cfg: LanguageConfig, job) -> None:
+    # quality.per_lang names languages too: they must be ones this model can label.
+    check_languages(cfg, {"quality.per_lang": list(job.quality.per_lang)} if job.quality.enabled else None)
+
+
+SPEC = Stage("language", "language", LanguageFn, check=_check)

@@ -15,7 +15,7 @@ from ftfy.fixes import uncurl_quotes
 
 from tokenmill.config import NormalizeConfig
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import StageFn
+from tokenmill.transforms.stage import Stage, StageFn
 
 # Horizontal whitespace of every script (NBSP, thin/em spaces, ideographic space, tabs...).
 _HSPACE = re.compile(r"[^\S\n]+")
@@ -83,9 +83,9 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
 class NormalizeFn(StageFn):
     stage = "normalize"
 
-    def __init__(self, cfg: NormalizeConfig):
-        self.cfg = cfg
-
     def apply(self, doc):
         doc["text"] = normalize_text(doc["text"] or "", self.cfg)
         return doc if doc["text"] else drop(doc, self.stage, "empty")
+
+
+SPEC = Stage("normalize", "normalize", NormalizeFn)

@@ -18,10 +18,13 @@ from collections import Counter
 from itertools import compress
 from typing import Any
 
+import pyarrow as pa
+
 from tokenmill.config import QualityConfig
+from tokenmill.transforms import classifier
 from tokenmill.transforms.classifier import low as classifier_low
 from tokenmill.transforms.doc import drop, stored
-from tokenmill.transforms.stage import StageFn
+from tokenmill.transforms.stage import Stage, StageFn
 
 _WORD = re.compile(r"\w+(?:['\u2019-]\w+)*")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -231,10 +234,7 @@ def quality_score(s: dict[str, Any], lang_score: float | None) -> float:
 
 class QualityFn(StageFn):
     stage = "quality"
-
-    def __init__(self, cfg: QualityConfig):
-        self.cfg = cfg
-        self._scorer = None
+    _scorer = None  # the classifiers, loaded in setup when configured
 
     def setup(self):
         if self.cfg.classifier.model is not None:
@@ -265,3 +265,22 @@ class QualityFn(StageFn):
             doc["quality_flag"] = f"{self.stage}:{reason}" if reason else None
             return doc
         return drop(doc, self.stage, reason) if reason else doc
+
+
+def fields(cfg: QualityConfig) -> list[pa.Field]:
+    """The signal columns, the score, the classifiers' scores and, in tag mode, the decision a
+    filter would have taken (quality_flag) and the MinHash signature (for refilter)."""
+    out = [pa.field(n, pa.int32() if n in INT_SIGNALS else pa.float32()) for n in SIGNALS]
+    out.append(pa.field("quality_score", pa.float32()))
+    out += [pa.field(column, pa.float32()) for column in classifier.models(cfg.classifier)]
+    if cfg.mode == "tag":
+        out += [pa.field("quality_flag", pa.string()), pa.field("minhash", pa.binary())]
+    return out
+
+
+def _check(cfg: QualityConfig, job) -> None:
+    if cfg.classifier.model is not None:
+        classifier.check(cfg.classifier)
+
+
+SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check)

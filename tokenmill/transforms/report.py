@@ -17,9 +17,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.transforms.stages import ORDER as STAGES
+
 # Stage order of the pipeline: the funnel follows it.
-STAGES = ["read", "url", "extract", "normalize", "language", "quality", "pii", "decontaminate", "dedup",
-          "boilerplate", "tokenize", "shards"]
 SAMPLE_CHARS = 600
 # Exact duplicate ratio needs every survivor's 8-byte text hash; past this many it is not computed.
 MAX_HASHES = 2_000_000

@@ -1,4 +1,5 @@
-"""The thin Beam layer every stage shares: a DoFn that skips dropped docs and counts.
+"""The thin Beam layer every stage shares: a DoFn that skips dropped docs and counts, and the
+``Stage`` spec each clean-phase stage module exports as ``SPEC``.
 
 A stage is a pure function ``doc -> doc`` (it may mark the doc dropped); ``StageFn`` wraps
 it, passes already-dropped documents through untouched, and keeps the Beam counters
@@ -7,12 +8,20 @@ it, passes already-dropped documents through untouched, and keeps the Beam count
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from tokenmill.memory import tame_allocators
+
 NAMESPACE = "tokenmill"
+
+# Every worker of every runner imports this module (every stage's DoFn does), so the allocator
+# settings hold wherever documents are processed.
+tame_allocators()
 
 
 _COUNTERS: dict[str, Any] = {}
@@ -30,13 +39,19 @@ def count(name: str, n: int = 1) -> None:
 
 class StageFn(beam.DoFn):
     stage = ""
+    # True for a stage that also works on dropped documents (PII: their rows are published too);
+    # they pass through ``apply`` uncounted.
+    on_dropped = False
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg  # the stage's config section; what its setup() loads goes on the instance
 
     def apply(self, doc: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def process(self, doc: dict[str, Any]):
         if doc.get("dropped_by"):
-            yield doc
+            yield self.apply(doc) if self.on_dropped else doc
             return
         count(f"{self.stage}.in")
         doc = self.apply(doc)
@@ -45,3 +60,21 @@ class StageFn(beam.DoFn):
         else:
             count(f"{self.stage}.out")
         yield doc
+
+
+def _no_fields(section: Any) -> list:
+    return []
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A clean-phase stage as ``prepare`` wires it from one list (transforms/stages.py): its name
+    (counters, drop reasons ``name:reason``, the report's order), its JobConfig section (which
+    turns it on), its DoFn made from that section, the docs Parquet columns it adds, and its
+    pre-flight check ``check(section, job_config)``, run before the job (one clear line)."""
+
+    name: str
+    section: str
+    fn: Callable[[Any], beam.DoFn]
+    fields: Callable[[Any], list] = _no_fields
+    check: Callable[[Any, Any], None] | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -176,8 +176,16 @@ def sample_key(doc: dict) -> tuple[bytes, str]:
     return hashlib.blake2b(str(doc["id"]).encode("utf-8"), digest_size=8).digest(), doc["id"]
 
 
-def sample_prefix(items: list[tuple[Any, int, Any]], max_docs: int, max_chars: int,
-                  keep_stopper: bool = False) -> list[tuple[Any, int, Any]]:
+class SampleItem(NamedTuple):
+    """A candidate for the tokenizer's training sample: what travels instead of its text."""
+
+    key: tuple  # the sample is the smallest keys (a hash of the id, then ties)
+    chars: int
+    where: tuple[str, int, int]  # its frame in the candidate files: (file, offset, length)
+
+
+def sample_prefix(items: list[SampleItem], max_docs: int, max_chars: int,
+                  keep_stopper: bool = False) -> list[SampleItem]:
     """The longest smallest-key prefix of (key, characters, where) items with at most
     ``max_docs`` items and ``max_chars`` characters (at least one item). ``keep_stopper``: also
     the first item that did not fit, for cuts of a part: then every item of the whole corpus's
@@ -214,12 +222,13 @@ class SampleFn(beam.CombineFn):
 
     def _cut(self, acc):
         acc["items"] = sample_prefix(acc["items"], self.max_docs, self.max_chars, keep_stopper=True)
-        acc["chars"] = sum(c for _, c, _ in acc["items"])
+        acc["chars"] = sum(chars for _, chars, _ in acc["items"])
         return acc
 
     def add_input(self, acc, item):
         acc["items"].append(item)
-        acc["chars"] += item[1]
+        _, chars, _ = item
+        acc["chars"] += chars
         # Cut back at 2x the documents or 1.25x the characters: a sort per many items, not per item.
         if len(acc["items"]) >= 2 * self.max_docs or acc["chars"] >= 1.25 * self.max_chars:
             self._cut(acc)

@@ -20,10 +20,9 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from tokenmill.config import UrlConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import StageFn
+from tokenmill.transforms.stage import Stage, StageFn
 from tokenmill.transforms.userfiles import lines
 
 STAGE = "url"
@@ -104,12 +103,14 @@ def blocked(url: str | None, block: UrlList, allow: UrlList | None) -> bool:
 class UrlFn(StageFn):
     stage = STAGE
 
-    def __init__(self, cfg: UrlConfig):
-        self.cfg = cfg
-
     def setup(self):
         self._block = read_list(self.cfg.block_files)
         self._allow = read_list(self.cfg.allow_files) if self.cfg.allow_files else None
 
     def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
         return drop(doc, STAGE, "blocked") if blocked(doc.get("url"), self._block, self._allow) else doc
+
+
+# Before extraction: a blocked page is not parsed. Every list reads and every regex compiles
+# before the job starts.
+SPEC = Stage(STAGE, "url", UrlFn, check=lambda cfg, job: read_list(cfg.block_files + cfg.allow_files))

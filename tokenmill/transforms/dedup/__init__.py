@@ -5,16 +5,15 @@ node) -> lsh (candidate edges, held as edges: sorted keys + index pairs, and 16-
 between groups) -> verify (Jaccard estimate) -> components (connected components; unionfind
 is the one union-find) -> survivor (survivor order, verdicts) -> stats (report figures);
 stage wires them into Beam, limits sizes its groups.
+
+The pure steps import no Beam; the Beam-bound names (components, stage, stats) load on first use.
 """
 
-from tokenmill.transforms.dedup.components import ConnectedComponents
 from tokenmill.transforms.dedup.edges import Edges, HandleTable, handles
 from tokenmill.transforms.dedup.limits import Limits
 from tokenmill.transforms.dedup.lsh import band_blobs, band_hashes, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.minhash import MinHasher, exact_jaccard, jaccard_estimate
 from tokenmill.transforms.dedup.records import Node, Recorder, takes_part
-from tokenmill.transforms.dedup.stage import Dedup, NodesFn
-from tokenmill.transforms.dedup.stats import cluster_stats, size_bucket
 from tokenmill.transforms.dedup.survivor import (
     EXACT,
     NEAR,
@@ -46,3 +45,14 @@ __all__ = [
     "size_bucket", "star_forest", "takes_part", "tokens", "union_find_components", "verify_edges", "verify_in_group",
     "verify_local",
 ]
+
+_BEAM = {"ConnectedComponents": "components", "Dedup": "stage", "NodesFn": "stage", "cluster_stats": "stats",
+         "size_bucket": "stats"}
+
+
+def __getattr__(name: str):
+    if name in _BEAM:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_BEAM[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ boilerplate pages) needs ~100 B per member there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,7 +22,34 @@ from tokenmill.transforms.dedup.survivor import node_hash
 # Blobs are tagged by their first field: band keys (LSH), and the verification's signatures
 # and edges (in the joins keyed by a node's home, or beside the band keys in a one-partition
 # LSH): candidate edges as handle pairs, and edges carrying their first end's key and signature.
-BAND_BLOB, SIG_BLOB, EDGE_BLOB, ATTACHED_BLOB = b"B", b"S", b"E", b"A"
+
+
+# The blobs that travel between the dedup steps: a batch of nodes or edges as packed arrays
+# (numpy buffers), node keys as (cat, offs) from pack_keys.
+class BandBlob(NamedTuple):
+    hashes: bytes  # band keys, uint64
+    nodes: bytes  # node index (into keys) per band key, uint32
+    keys_cat: bytes
+    keys_offs: bytes
+
+
+class SigBlob(NamedTuple):
+    keys_cat: bytes
+    keys_offs: bytes
+    sigs: bytes  # one signature per node, uint32 x num_perm
+
+
+class EdgeBlob(NamedTuple):
+    a: bytes  # handles of the first ends
+    b: bytes  # handles of the second ends
+
+
+class AttachedBlob(NamedTuple):
+    a_keys_cat: bytes  # the distinct first ends, with their signatures
+    a_keys_offs: bytes
+    a_sigs: bytes
+    a_index: bytes  # per edge: its first end's index among them, uint32
+    b: bytes  # per edge: the second end's handle
 
 # The constants are xxh64's primes; any good 64-bit mix will do, as a false collision
 # (2^-64 per pair and band) only adds a candidate that verification rejects.
@@ -82,11 +109,10 @@ def exact_reps(nodes: Iterable[tuple[bytes, Any]]) -> list[tuple[bytes, Any]]:
 
 def band_blobs(
     keys: list[bytes], sigs: list[bytes], bands: int, rows: int, partitions: int
-) -> Iterator[tuple[int, tuple[bytes, bytes, bytes, bytes, bytes]]]:
+) -> Iterator[tuple[int, BandBlob]]:
     """A batch of nodes -> one blob per LSH partition that any of their band keys falls in.
 
-    A blob is (BAND_BLOB, band keys uint64, node index per band key uint32, the nodes' keys
-    packed): a node of the batch appears once in each blob it has a key in. Signatures stay out
+    A ``BandBlob`` holds band keys, the node index per band key and the nodes' keys: a node of the batch appears once in each blob it has a key in. Signatures stay out
     (a node would travel with up to ``bands`` copies of its signature); the joins bring them,
     or, with one partition, a signature blob beside the band blobs.
     """
@@ -97,7 +123,7 @@ def band_blobs(
     h = band_hashes(sig, bands, rows).ravel()  # record i belongs to node i // bands
     node = np.repeat(np.arange(n, dtype=np.uint32), bands)
     if partitions == 1:
-        yield 0, (BAND_BLOB, h.tobytes(), node.tobytes(), *pack_keys(keys))
+        yield 0, BandBlob(h.tobytes(), node.tobytes(), *pack_keys(keys))
         return
     part = h % _U64(partitions)
     order = np.argsort(part, kind="stable")
@@ -107,7 +133,7 @@ def band_blobs(
         sel = order[s : s + ln]
         here = np.unique(node[sel])
         local = np.searchsorted(here, node[sel]).astype(np.uint32)
-        yield int(ps[s]), (BAND_BLOB, h[sel].tobytes(), local.tobytes(), *pack_keys([keys[i] for i in here.tolist()]))
+        yield int(ps[s]), BandBlob(h[sel].tobytes(), local.tobytes(), *pack_keys([keys[i] for i in here.tolist()]))
 
 
 def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[Edges, int]:
@@ -120,12 +146,11 @@ def bucket_edges(blobs: Iterable[tuple], all_pairs_max: int) -> tuple[Edges, int
     """
     hashes, nodes, keys = [], [], []
     for blob in blobs:
-        if blob[0] != BAND_BLOB:
+        if not isinstance(blob, BandBlob):
             continue
-        _, bh, idx, cat, offs = blob
-        hashes.append(np.frombuffer(bh, dtype=np.uint64))
-        nodes.append(np.frombuffer(idx, dtype=np.uint32).astype(np.int64) + len(keys))
-        keys.extend(unpack_keys(cat, offs))
+        hashes.append(np.frombuffer(blob.hashes, dtype=np.uint64))
+        nodes.append(np.frombuffer(blob.nodes, dtype=np.uint32).astype(np.int64) + len(keys))
+        keys.extend(unpack_keys(blob.keys_cat, blob.keys_offs))
     if not hashes:
         return Edges([], np.empty((0, 2), np.int64)), 0
     h = np.concatenate(hashes)

@@ -24,6 +24,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import AsSingleton, TaggedOutput
 
 from tokenmill.config import DedupConfig
+from tokenmill.transforms.dedup import verify
 from tokenmill.transforms.dedup.components import NS, ConnectedComponents
 from tokenmill.transforms.dedup.edges import Edges
 from tokenmill.transforms.dedup.limits import Limits
@@ -31,14 +32,6 @@ from tokenmill.transforms.dedup.lsh import band_blobs, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.records import Recorder
 from tokenmill.transforms.dedup.survivor import group_verdicts, node_hash
 from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
-from tokenmill.transforms.dedup.verify import (
-    attach_signature,
-    edge_blobs,
-    signature_blobs,
-    verify_edges,
-    verify_in_group,
-    verify_local,
-)
 
 
 class NodesFn(beam.DoFn):
@@ -75,10 +68,10 @@ class _BandBlobs(beam.DoFn):
 
     SIGS = "sigs"
 
-    def __init__(self, bands: int, rows: int, verify: bool, limits: Limits):
+    def __init__(self, bands: int, rows: int, verifying: bool, limits: Limits):
         self._bands = bands
         self._rows = rows
-        self._verify = verify
+        self._verify = verifying
         self._limits = limits
 
     def process(self, batch, nodes):
@@ -88,9 +81,9 @@ class _BandBlobs(beam.DoFn):
         partitions = self._limits.lsh_partitions(nodes, self._bands)
         yield from band_blobs(keys, sigs, self._bands, self._rows, partitions)
         if self._verify and partitions == 1:
-            yield from signature_blobs(keys, sigs, 1)
+            yield from verify.signature_blobs(keys, sigs, 1)
         elif self._verify:
-            for kv in signature_blobs(keys, sigs, self._limits.join_partitions(nodes)):
+            for kv in verify.signature_blobs(keys, sigs, self._limits.join_partitions(nodes)):
                 yield TaggedOutput(self.SIGS, kv)
 
 
@@ -146,9 +139,9 @@ class _BucketEdges(_EdgeSink):
         if not self._verify:
             yield from self._emit(edges, whole)
         elif whole:
-            yield from self._verified(*verify_local(kv[1], edges, self._num_perm, self._threshold), True)
+            yield from self._verified(*verify.verify_local(kv[1], edges, self._num_perm, self._threshold), True)
         else:
-            yield from edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob)
+            yield from verify.edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob)
 
 
 class _JoinSink(_EdgeSink):
@@ -166,16 +159,16 @@ class _AttachSignature(_JoinSink):
     def process(self, kv, nodes):
         partitions = self._limits.join_partitions(nodes)
         if partitions == 1:
-            yield from self._verified(*verify_in_group(kv[1], self._num_perm, self._threshold), True)
+            yield from self._verified(*verify.verify_in_group(kv[1], self._num_perm, self._threshold), True)
         else:
-            yield from attach_signature(kv[1], self._num_perm, partitions, self._limits.edge_blob)
+            yield from verify.attach_signature(kv[1], self._num_perm, partitions, self._limits.edge_blob)
 
 
 class _VerifyEdges(_JoinSink):
     """Join 2 (see verify_edges)."""
 
     def process(self, kv, nodes):
-        kept, rejected = verify_edges(kv[1], self._num_perm, self._threshold)
+        kept, rejected = verify.verify_edges(kv[1], self._num_perm, self._threshold)
         yield from self._verified(kept, rejected, self._limits.join_partitions(nodes) == 1)
 
 
@@ -271,25 +264,18 @@ class Dedup(beam.PTransform):
             edges = buckets.edges
             if cfg.verify:
                 num_perm = cfg.bands * cfg.rows
-                attached = (
-                    (blobs.sigs, edges)
-                    | "SigAFlatten" >> beam.Flatten()
-                    | "SigAGroup" >> beam.GroupByKey()
-                    | "AttachSignature"
-                    >> beam.ParDo(_AttachSignature(num_perm, cfg.verify_threshold, limits), n_nodes)
-                    .with_output_types(tuple[Any, Any])
-                    .with_outputs(_EdgeSink.LABELS, main="edges")
-                )
+
+                def join(edges, group: str, step: str, fn):  # the signatures meet the edges by home
+                    return ((blobs.sigs, edges)
+                            | f"{group}Flatten" >> beam.Flatten()
+                            | f"{group}Group" >> beam.GroupByKey()
+                            | step >> beam.ParDo(fn(num_perm, cfg.verify_threshold, limits), n_nodes)
+                            .with_output_types(tuple[Any, Any])
+                            .with_outputs(_EdgeSink.LABELS, main="edges"))
+
+                attached = join(edges, "SigA", "AttachSignature", _AttachSignature)
                 labels.append(attached.labels)
-                verified = (
-                    (blobs.sigs, attached.edges)
-                    | "SigBFlatten" >> beam.Flatten()
-                    | "SigBGroup" >> beam.GroupByKey()
-                    | "Verify"
-                    >> beam.ParDo(_VerifyEdges(num_perm, cfg.verify_threshold, limits), n_nodes)
-                    .with_output_types(tuple[Any, Any])
-                    .with_outputs(_EdgeSink.LABELS, main="edges")
-                )
+                verified = join(attached.edges, "SigB", "Verify", _VerifyEdges)
                 edges = verified.edges
                 labels.append(verified.labels)
             components = edges | "Components" >> ConnectedComponents(cfg.max_rounds, limits)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tokenmill.transforms.dedup.edges import HANDLE, Edges, HandleTable, handles, homes
-from tokenmill.transforms.dedup.lsh import ATTACHED_BLOB, EDGE_BLOB, SIG_BLOB, pack_keys, unpack_keys
+from tokenmill.transforms.dedup.lsh import AttachedBlob, EdgeBlob, SigBlob, pack_keys, unpack_keys
 
 
 def _by_home(hs: np.ndarray, partitions: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -25,21 +25,21 @@ def _by_home(hs: np.ndarray, partitions: int) -> Iterator[tuple[int, np.ndarray]
 
 
 def signature_blobs(keys: list[bytes], sigs: list[bytes], partitions: int) -> Iterator[tuple[int, tuple]]:
-    """A batch of (node, signature) -> (group, (SIG_BLOB, keys packed, signatures)) by home."""
+    """A batch of (node, signature) -> (group, SigBlob) by home."""
     for q, idx in _by_home(handles(keys), partitions):
         idx = idx.tolist()
-        yield q, (SIG_BLOB, *pack_keys([keys[i] for i in idx]), b"".join(sigs[i] for i in idx))
+        yield q, SigBlob(*pack_keys([keys[i] for i in idx]), b"".join(sigs[i] for i in idx))
 
 
 def edge_blobs(edges: Edges, partitions: int, blob_edges: int = 1 << 16) -> Iterator[tuple[int, tuple]]:
-    """Candidate edges -> (group, (EDGE_BLOB, a handles, b handles)) by the home of a."""
+    """Candidate edges -> (group, EdgeBlob) by the home of a."""
     ha, hb = edges.end_handles()
     for q, idx in _by_home(ha, partitions):
         # In blobs of at most blob_edges edges: a big bucket's star (every edge from one hub
         # goes to one home) must not become a single element of gigabytes.
         for i in range(0, len(idx), blob_edges):
             part = idx[i : i + blob_edges]
-            yield q, (EDGE_BLOB, ha[part].tobytes(), hb[part].tobytes())
+            yield q, EdgeBlob(ha[part].tobytes(), hb[part].tobytes())
 
 
 class _JoinGroup:
@@ -50,13 +50,13 @@ class _JoinGroup:
         self.keys: list[bytes] = []
         sig_parts, self.edges, self.attached = [], [], []
         for blob in blobs:
-            if blob[0] == SIG_BLOB:
-                self.keys.extend(unpack_keys(blob[1], blob[2]))
-                sig_parts.append(blob[3])
-            elif blob[0] == EDGE_BLOB:
-                self.edges.append((_handles(blob[1]), _handles(blob[2])))
-            elif blob[0] == ATTACHED_BLOB:
-                self.attached.append(blob[1:])
+            if isinstance(blob, SigBlob):
+                self.keys.extend(unpack_keys(blob.keys_cat, blob.keys_offs))
+                sig_parts.append(blob.sigs)
+            elif isinstance(blob, EdgeBlob):
+                self.edges.append((_handles(blob.a), _handles(blob.b)))
+            elif isinstance(blob, AttachedBlob):
+                self.attached.append(blob)
         self.sig = np.frombuffer(b"".join(sig_parts), dtype="<u4").reshape(len(self.keys), num_perm)
         self.table = HandleTable(self.keys)
 
@@ -67,8 +67,7 @@ def _handles(raw: bytes) -> np.ndarray:
 
 def attach_signature(blobs, num_perm: int, partitions: int, blob_edges: int = 1 << 16) -> Iterator[tuple[int, tuple]]:
     """Join 1, a group keyed by home(a): each edge picks up a's key and signature and moves to
-    home(b), as (ATTACHED_BLOB, distinct a keys packed, their signatures, a index per edge
-    (uint32), b handles)."""
+    home(b), as an ``AttachedBlob``."""
     g = _JoinGroup(blobs, num_perm)
     for ha, hb in g.edges:
         ra = g.table.rows(ha)
@@ -78,7 +77,7 @@ def attach_signature(blobs, num_perm: int, partitions: int, blob_edges: int = 1 
             for i in range(0, len(idx), blob_edges):
                 part = idx[i : i + blob_edges]
                 distinct, local = np.unique(ra[part], return_inverse=True)
-                yield q, (ATTACHED_BLOB, *pack_keys([g.keys[r] for r in distinct.tolist()]),
+                yield q, AttachedBlob(*pack_keys([g.keys[r] for r in distinct.tolist()]),
                           g.sig[distinct].tobytes(), local.astype(np.uint32).tobytes(), hb[part].tobytes())
 
 

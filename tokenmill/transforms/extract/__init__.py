@@ -41,19 +41,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .decode import decode_html
-from .stage import ExtractFn, extract_doc
 
 if TYPE_CHECKING:
     from .core import Extracted, extract_html
+    from .stage import ExtractFn, extract_doc
 
 __all__ = ["ExtractFn", "Extracted", "decode_html", "extract_doc", "extract_html"]
 
 
 def __getattr__(name: str):
-    # ``core`` imports lxml: loaded on first use, so that a pipeline that never meets HTML
-    # (prepare imports ExtractFn) does not pay for it, as before this was a package.
+    # Loaded on first use: ``core`` imports lxml, which a pipeline that never meets HTML does not
+    # pay for; ``stage`` imports Beam, which the pure core does not need.
     if name in ("Extracted", "extract_html"):
         from . import core
 
         return getattr(core, name)
+    if name in ("ExtractFn", "extract_doc"):
+        from . import stage
+
+        return getattr(stage, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tokenmill.config import ExtractConfig
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import StageFn
+from tokenmill.transforms.stage import Stage, StageFn
 
 
 def extract_doc(doc: dict, cfg: ExtractConfig) -> dict:
@@ -29,8 +29,8 @@ def extract_doc(doc: dict, cfg: ExtractConfig) -> dict:
 class ExtractFn(StageFn):
     stage = "extract"
 
-    def __init__(self, cfg: ExtractConfig):
-        self.cfg = cfg
-
     def apply(self, doc):
         return extract_doc(doc, self.cfg)
+
+
+SPEC = Stage("extract", "extract", ExtractFn)

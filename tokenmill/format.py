@@ -1,0 +1,319 @@
+"""The output format, free of Beam: shard files, the manifest, and their verification.
+
+A shard is an Arrow IPC *file* (not stream) with no compression, so ``pa.memory_map`` gives
+the trainer zero-copy access. Columns ``id: string`` and ``tokens: list<uint16|uint32>``,
+record batches bounded by ``batch_tokens``. Placement is a pure function of the document id
+(split by one hash; the shard is the document's bucket, by another) and rows inside a shard
+are sorted by id, so the same input and config give byte-identical shards on every runner.
+
+The trainer, ``inspect`` and the pipeline's writer (transforms/shards.py) all use this module.
+Local paths are read with the standard library; a gs:// or s3:// output goes through Beam's
+FileSystems, imported only then, so the trainer never loads the pipeline layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tokenmill.errors import UserError
+
+# ---------------------------------------------------------------- paths, local or remote
+
+
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def _beam_fs():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def join(out: str, *parts: str) -> str:
+    return _beam_fs().join(out, *parts) if _remote(out) else os.path.join(out, *parts)
+
+
+def open_read(path: str):
+    return _beam_fs().open(path) if _remote(path) else open(path, "rb")
+
+
+def exists(path: str) -> bool:
+    return _beam_fs().exists(path) if _remote(path) else os.path.exists(path)
+
+
+def file_size(path: str) -> int:
+    if _remote(path):
+        return _beam_fs().match([path])[0].metadata_list[0].size_in_bytes
+    return os.path.getsize(path)
+
+
+# ---------------------------------------------------------------- shards and the manifest
+
+
+FORMAT_VERSION = 1
+SPLITS = ("train", "val")
+
+
+def _unit_hash(text: str, salt: str) -> float:
+    h = hashlib.blake2b(f"{salt}\0{text}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def split_of(doc_id: str, val_fraction: float, salt: str = "split") -> str:
+    return "val" if _unit_hash(doc_id, salt) < val_fraction else "train"
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.arrow"
+
+
+def shard_schema(dtype: np.dtype, tok: dict[str, Any]) -> pa.Schema:
+    return pa.schema(
+        [pa.field("id", pa.string()), pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype)))],
+        metadata={
+            "tokenmill.format_version": str(FORMAT_VERSION),
+            "tokenmill.tokenizer_sha256": tok["sha256"],
+            "tokenmill.eos_id": str(tok["eos_id"]),
+        },
+    )
+
+
+class ShardWriter:
+    """Rows (already in their final order) streamed into one Arrow IPC file, uncompressed, in
+    record batches of at most ``batch_tokens`` tokens (or one row): memory is one batch."""
+
+    def __init__(self, sink, schema: pa.Schema, batch_tokens: int):
+        self._writer = pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None))
+        self._schema, self._batch_tokens = schema, batch_tokens
+        self._value_type = schema.field("tokens").type.value_type
+        self._ids: list[str] = []
+        self._toks: list[np.ndarray] = []
+        self._pending = 0
+        self.docs = self.tokens = 0
+
+    def add(self, doc_id: str, tokens: np.ndarray) -> None:
+        if self._ids and self._pending + len(tokens) > self._batch_tokens:
+            self._flush()
+        self._ids.append(doc_id)
+        self._toks.append(tokens)
+        self._pending += len(tokens)
+        self.docs += 1
+        self.tokens += len(tokens)
+
+    def _flush(self) -> None:
+        offsets = np.zeros(len(self._toks) + 1, dtype=np.int32)
+        np.cumsum([len(t) for t in self._toks], out=offsets[1:])
+        values = pa.array(np.concatenate(self._toks), type=self._value_type)
+        tokens = pa.ListArray.from_arrays(pa.array(offsets), values)
+        self._writer.write_batch(pa.record_batch([pa.array(self._ids, pa.string()), tokens], schema=self._schema))
+        self._ids, self._toks, self._pending = [], [], 0
+
+    def close(self) -> None:
+        if self._ids:
+            self._flush()
+        self._writer.close()
+
+
+def shard_bytes(rows: list[tuple[str, np.ndarray]], schema: pa.Schema, batch_tokens: int) -> bytes:
+    """The Arrow IPC file for ``rows`` (already in their final order), in memory."""
+    sink = pa.BufferOutputStream()
+    writer = ShardWriter(sink, schema, batch_tokens)
+    for doc_id, tokens in rows:
+        writer.add(doc_id, tokens)
+    writer.close()
+    return sink.getvalue().to_pybytes()
+
+
+def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: dict, version: str) -> dict:
+    splits = {}
+    for split in SPLITS:
+        mine = sorted((s for s in shards if s["split"] == split), key=lambda s: s["file"])
+        splits[split] = {
+            "docs": sum(s["docs"] for s in mine),
+            "tokens": sum(s["tokens"] for s in mine),
+            "shards": [{k: s[k] for k in ("file", "docs", "tokens", "bytes", "sha256")} for s in mine],
+        }
+    return {
+        "format_version": FORMAT_VERSION,
+        "tokenmill_version": version,
+        "tokenizer": {"file": "tokenizer.json", **tok},
+        "token_dtype": dtype,
+        "columns": {"id": "string", "tokens": f"list<{dtype}>"},
+        "splits": splits,
+        # Whether a duplicate cluster's survivor is in the shards once or rehydrated (repeated).
+        "duplicates": {"keep": (dd := config.get("dedup") or {}).get("keep", "one"),
+                       "repeats": dd.get("repeats") if dd.get("keep") == "rehydrate" else None},
+        "config": config,
+    }
+
+
+# ---------------------------------------------------------------- verification (inspect, trainer)
+
+
+def sha256_file(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open_read(path) as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _shard_file_problem(name) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "is not a file name"
+    parts = name.replace("\\", "/").split("/")
+    if "://" in name or name.startswith("/") or ".." in parts:
+        return "is not a path inside OUT"
+    return None
+
+
+def manifest_problem(manifest) -> str | None:
+    """What makes ``manifest`` no tokenmill manifest (its shape, not its files), or None. Checked
+    before any field is used, so a hand-edited or foreign manifest is one line, not a traceback."""
+    if not isinstance(manifest, dict):
+        return f"a JSON {type(manifest).__name__}, not an object"
+    tok = manifest.get("tokenizer")
+    if not isinstance(tok, dict):
+        return "no tokenizer object"
+    for key in ("vocab_size", "eos_id"):
+        if not _whole(tok.get(key)):
+            return f"tokenizer.{key} is {tok.get(key)!r}, not a whole number"
+    if not isinstance(tok.get("sha256"), str):
+        return "tokenizer.sha256 is not a string"
+    if "file" in tok and (why := _shard_file_problem(tok["file"])):
+        return f"tokenizer.file {tok['file']!r} {why}"
+    for key in ("format_version", "token_dtype"):
+        if key not in manifest:
+            return f"no {key}"
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict) or not {"train", "val"} <= splits.keys():
+        return "no splits object with train and val"
+    for split, info in splits.items():
+        if not isinstance(info, dict) or not isinstance(info.get("shards"), list):
+            return f"splits.{split} has no list of shards"
+        for key in ("docs", "tokens"):
+            if not _whole(info.get(key)):
+                return f"splits.{split}.{key} is {info.get(key)!r}, not a whole number"
+        for i, sh in enumerate(info["shards"]):
+            where = f"splits.{split}.shards[{i}]"
+            if not isinstance(sh, dict):
+                return f"{where} is not an object"
+            if why := _shard_file_problem(sh.get("file")):
+                return f"{where}.file {sh.get('file')!r} {why}"
+            for key in ("docs", "tokens", "bytes"):
+                if not _whole(sh.get(key)):
+                    return f"{where}.{key} is {sh.get(key)!r}, not a whole number"
+            if not isinstance(sh.get("sha256"), str):
+                return f"{where}.sha256 is not a string"
+    return None
+
+
+def check_manifest(out: str, manifest) -> dict:
+    if problem := manifest_problem(manifest):
+        raise UserError(f"{join(out, 'manifest.json')}: {problem}; this is no manifest "
+                        "`tokenmill prepare` wrote (re-run it)")
+    return manifest
+
+
+def tokenizer_path(out: str, manifest: dict) -> str:
+    """The tokenizer.json of a prepared output, as its manifest names it."""
+    return join(out, manifest.get("tokenizer", {}).get("file", "tokenizer.json"))
+
+
+def load_manifest(out: str) -> dict:
+    path = join(out, "manifest.json")
+    try:
+        with open_read(path) as fh:
+            manifest = json.loads(fh.read().decode("utf-8"))
+    except Exception:
+            raise UserError(f"{path}: missing or not valid JSON (did `tokenmill prepare` finish?)") from None
+    return check_manifest(out, manifest)
+
+
+def check_vocab(out: str, manifest: dict) -> None:
+    """The manifest's vocab_size is the tokenizer's: the model gets that many embedding rows, so
+    a smaller figure ends in an IndexError and a larger one in a model the tokenizer cannot use.
+    Skipped where verify_output already has a word to say (tokenizer missing or not the one
+    hashed in the manifest) and for a file that is no tokenizers JSON (test stand-ins)."""
+    from tokenmill.errors import UserError
+
+    tok = manifest.get("tokenizer", {})
+    path = tokenizer_path(out, manifest)
+    try:
+        with open_read(path) as fh:
+            raw = fh.read()
+        if hashlib.sha256(raw).hexdigest() != tok.get("sha256"):
+            return
+        from tokenizers import Tokenizer
+
+        vocab = Tokenizer.from_str(raw.decode("utf-8")).get_vocab_size(with_added_tokens=True)
+    except Exception:  # noqa: BLE001 - unreadable, or no tokenizers JSON: verify_output says so
+        return
+    if vocab != tok.get("vocab_size"):
+        raise UserError(f"{join(out, 'manifest.json')} says vocab_size {tok.get('vocab_size')} but "
+                        f"{path} has {vocab} tokens: the manifest was edited or belongs to another tokenizer; "
+                        f"re-run `tokenmill prepare`")
+
+
+def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1), checksums: bool = True) -> list[str]:
+    """Every problem with the shards and tokenizer of ``out`` against its manifest, one line
+    each. ``part`` (i, n): only the i-th of every n shards, in manifest order (the trainer's
+    ranks share the hashing); the tokenizer with part 0. ``checksums=False``: shard sizes only,
+    for outputs too big to hash at every start."""
+    problems = []
+    tok = manifest.get("tokenizer", {})
+    tok_path = tokenizer_path(out, manifest)
+    i, n = part
+    if i == 0 and checksums:
+        if not exists(tok_path):
+            problems.append(f"{tok_path}: missing")
+        elif sha256_file(tok_path) != tok.get("sha256"):
+            problems.append(f"{tok_path}: sha256 does not match the manifest")
+    shards = [s for info in manifest.get("splits", {}).values() for s in info.get("shards", [])]
+    for s in shards[i::n]:
+        path = join(out, s["file"])
+        if not exists(path):
+            problems.append(f"{path}: missing")
+            continue
+        size = file_size(path)
+        if size != s["bytes"]:
+            problems.append(f"{path}: {size} bytes, manifest says {s['bytes']} bytes")
+            continue
+        if not checksums:
+            continue
+        digest = sha256_file(path)
+        if digest != s["sha256"]:
+            problems.append(f"{path}: sha256 {digest[:12]}... does not match the manifest ({s['sha256'][:12]}...)")
+            continue
+        try:
+            docs, tokens = count_shard(path)
+        except Exception as e:  # a file with the right hash cannot be corrupt, but be safe
+            problems.append(f"{path}: not a readable Arrow IPC file ({e})")
+            continue
+        if (docs, tokens) != (s["docs"], s["tokens"]):
+            problems.append(f"{path}: {docs} docs / {tokens} tokens, manifest says {s['docs']} / {s['tokens']}")
+    return problems
+
+
+def count_shard(path: str) -> tuple[int, int]:
+    # Local shards are memory-mapped; remote ones (gs://, s3://) are read through FileSystems.
+    opener = open_read if _remote(path) else pa.memory_map
+    with opener(path) as source:
+        reader = pa.ipc.open_file(source)
+        docs = tokens = 0
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            docs += batch.num_rows
+            tokens += len(batch.column("tokens").values)
+    return docs, tokens
