@@ -1,11 +1,8 @@
 """Allocator settings that keep a worker's resident memory near what it actually holds.
 
-Applied once per process, on import of ``tokenmill.transforms.doc``: every Beam worker of every
-runner imports it to unpickle the pipeline's functions, and so does the launcher.
-
-Measured with bench/scaling.py (20k Rust doc pages, everything kept, multi_processing x2):
-peak RSS of the process tree 1,986 MB with the defaults, 1,321 MB with both settings, about 6%
-slower; dedup alone 1,543 -> 990 MB.
+Applied once per process, on import of ``tokenmill.transforms.stage``: every Beam worker of
+every runner imports it to unpickle the stages' DoFns, and so does the launcher. Their effect on
+peak memory is in the README's performance section (bench/scaling.py).
 """
 
 from __future__ import annotations
@@ -28,8 +25,8 @@ def limit_heap_retention() -> bool:
 
     By default glibc raises its mmap threshold (up to 32 MB) each time a large block is freed,
     so Beam's multi-MB data-plane buffers and encoded bundles then come from the heap, where
-    small long-lived objects pin them: a worker's RSS only grew from one stage to the next
-    (20k docs through dedup: each SDK worker ended near 600 MB). With fixed thresholds large
+    small long-lived objects pin them: a worker's RSS only grew from one stage to the next.
+    With fixed thresholds large
     blocks are mmapped and given back on free, and the heap top is trimmed.
 
     Left alone (False) off glibc (musl, macOS), when the user tunes malloc (any MALLOC_*
@@ -53,8 +50,8 @@ def use_system_arrow_pool() -> None:
     """pyarrow's system allocator instead of its jemalloc pool, unless the user chose one.
 
     Arrow buffers here are short-lived (Parquet row groups, shard batches). The jemalloc pool
-    keeps freed pages for reuse, and over a long run that cache grew with the corpus
-    (bench/scaling.py, 20k pages: +50 MB peak RSS); the system allocator returns them.
+    keeps freed pages for reuse, and over a long run that cache grew with the corpus; the system
+    allocator returns them.
     """
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") is None:
         pa.set_memory_pool(pa.system_memory_pool())

@@ -7,8 +7,7 @@ Three steps, so that one big file is never one unit of work:
    known by their real path, so one file reached under two spellings (``./x``, a symlink) is read
    once; what is found but not read (broken links, FIFOs, files no reader takes) is counted.
    The list goes to the workers as a file (``write_input_list``), not inside the pipeline: Beam
-   copies a pipeline's embedded values many times over (a 20,000-file ``Create`` cost the
-   runner 60 MB).
+   copies a pipeline's embedded values many times over.
 2. ``plan_units`` (on workers): a file to units. Uncompressed JSONL is cut into byte ranges,
    Parquet into row-group ranges; compressed files and WARCs are one unit each (gzip cannot
    be entered in the middle; Common Crawl ships many moderate WARCs, so files are the grain).
