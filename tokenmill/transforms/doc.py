@@ -13,26 +13,42 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-TRANSIENT_KEYS = ("html", "encoding")
 
-# Columns of OUT/docs/*.parquet in order. Later stages (quality signals) add their columns
-# through ``extra_fields``.
-BASE_FIELDS: list[pa.Field] = [
-    pa.field("id", pa.string()),
-    pa.field("url", pa.string()),
-    pa.field("source", pa.string()),
-    pa.field("text", pa.string()),
-    pa.field("lang", pa.string()),
-    pa.field("lang_score", pa.float32()),
-    pa.field("dup_cluster", pa.string()),
-    pa.field("dup_cluster_size", pa.int32()),
-    pa.field("dropped_by", pa.string()),
-]
+class Doc(TypedDict, total=False):
+    """A document as it flows through the stages (a plain dict at run time). The fields up to
+    ``dropped_by`` are the docs Parquet's base columns, in this order; stages add theirs (their
+    ``SPEC.fields``)."""
+
+    id: str | None
+    url: str | None
+    source: str
+    text: str | None
+    lang: str | None
+    lang_score: float | None
+    dup_cluster: str | None
+    dup_cluster_size: int | None
+    dropped_by: str | None
+    # Transient, never written: the raw page to extract, and a charset hint from HTTP or the file.
+    html: bytes | str | None
+    encoding: str | None
+
+
+TRANSIENT_KEYS = ("html", "encoding")
+_ARROW = {"str": pa.string(), "float": pa.float32(), "int": pa.int32()}
+
+
+def _arrow_type(annotation) -> pa.DataType:
+    text = getattr(annotation, "__forward_arg__", annotation)  # TypedDict keeps ForwardRefs
+    return _ARROW[text.split("|")[0].strip()]
+
+
+BASE_FIELDS: list[pa.Field] = [pa.field(name, _arrow_type(t)) for name, t in Doc.__annotations__.items()
+                               if name not in TRANSIENT_KEYS]
 
 
 def docs_schema(extra_fields: list[pa.Field] | None = None) -> pa.Schema:
@@ -103,23 +119,16 @@ def new_doc(
     html: bytes | str | None = None,
     encoding: str | None = None,
     dropped_by: str | None = None,
-) -> dict[str, Any]:
+) -> Doc:
     """A record as read. Every string from the input passes here and leaves writable and
     bounded (see ``clean_text``, ``label``); ``text`` and ``html`` are not bounded here: the
     readers cap a record at ``max_record_bytes``."""
-    return {
-        "id": label(id),
-        "url": label(url),
-        "source": path_text(source),
-        "text": None if text is None else clean_text(text),
-        "html": clean_text(html) if isinstance(html, str) else html,
-        "encoding": label(encoding),
-        "lang": None,
-        "lang_score": None,
-        "dup_cluster": None,
-        "dup_cluster_size": None,
-        "dropped_by": dropped_by,
-    }
+    doc: Doc = dict.fromkeys(Doc.__annotations__)  # every field, None until a stage sets it
+    doc.update(id=label(id), url=label(url), source=path_text(source),
+               text=None if text is None else clean_text(text),
+               html=clean_text(html) if isinstance(html, str) else html, encoding=label(encoding),
+               dropped_by=dropped_by)
+    return doc
 
 
 def stored(x: float) -> float:
