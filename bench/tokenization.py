@@ -55,8 +55,8 @@ def load_docs(n: int) -> list[dict]:
 def run_beam(src: str, tok_json: str, with_tokenize: bool, batch: int) -> tuple[float, int]:
     """Read the JSONL with tokenmill's reader, optionally tokenize, count tokens; returns (wall, tokens)."""
     from tokenmill.config import ReadConfig
-    from tokenmill.pipelines.prepare import ReadFn
     from tokenmill.transforms.readers import plan_units, resolve_inputs
+    from tokenmill.transforms.readers.stage import ReadFn
     from tokenmill.transforms.tokenize import TokenizeBatchFn
 
     with tempfile.TemporaryDirectory() as tmp:

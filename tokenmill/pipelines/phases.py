@@ -18,7 +18,6 @@ from apache_beam.pvalue import TaggedOutput
 
 from tokenmill.config import JobConfig
 from tokenmill.format import shard_schema, split_of
-from tokenmill.pipelines.progress import reporter
 from tokenmill.transforms import boilerplate
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import (
@@ -32,6 +31,7 @@ from tokenmill.transforms.buckets import (
     unpack,
 )
 from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, rehydrated
+from tokenmill.transforms.progress import reporter
 from tokenmill.transforms.shards import ShardFile
 from tokenmill.transforms.stage import count
 from tokenmill.transforms.tokenize import Encoder, SampleItem, sample_key

@@ -27,39 +27,12 @@ from tokenmill.transforms import shards, tokenize
 from tokenmill.transforms.boilerplate import SketchFn
 from tokenmill.transforms.buckets import TMP, bucket_count
 from tokenmill.transforms.dedup import Dedup, cluster_stats
-from tokenmill.transforms.readers import InputScan, plan_task, read_task, scan_inputs, write_input_list
+from tokenmill.transforms.readers import InputScan, plan_task, scan_inputs, write_input_list
+from tokenmill.transforms.readers.stage import ReadFn
 from tokenmill.transforms.report import ReportFn, write_report
-from tokenmill.transforms.stage import count
 from tokenmill.transforms.stages import enabled as stages_enabled
 
 INPUT_LIST = "inputs.jsonl"
-
-
-class ReadFn(beam.DoFn):
-    def __init__(self, cfg, progress_to: str | None = None):
-        self.cfg, self._progress_folder = cfg, progress_to
-
-    def start_bundle(self):
-        self._progress = progress.reporter(self._progress_folder)
-
-    def process(self, task):
-        if isinstance(task, dict):  # a dropped doc from planning a big file (an unreadable footer)
-            count(f"dropped.{task['dropped_by']}")
-            yield task
-            return
-        for d in read_task(task, self.cfg):
-            count("read.records")  # every row the docs Parquet will hold, dropped ones too
-            if d.get("dropped_by"):
-                count(f"dropped.{d['dropped_by']}")
-            if self._progress:
-                self._progress.add(read=1)
-            yield d
-        if self._progress:  # the task's bytes once it is read (a run of files, or a unit of one)
-            self._progress.add(bytes=task.size())
-
-    def finish_bundle(self):
-        if self._progress:
-            self._progress.flush()
 
 
 def check_job(cfg: JobConfig) -> InputScan:
