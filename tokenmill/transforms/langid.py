@@ -140,4 +140,5 @@ def _check(cfg: LanguageConfig, job) -> None:
     check_languages(cfg, {"quality.per_lang": list(job.quality.per_lang)} if job.quality.enabled else None)
 
 
-SPEC = Stage("language", "language", LanguageFn, check=_check)
+SPEC = Stage("language", "language", LanguageFn, check=_check,
+             report={"lang": None, "lang_score": (0.0, 1.0, 20, False)})

@@ -283,4 +283,9 @@ def _check(cfg: QualityConfig, job) -> None:
         classifier.check(cfg.classifier)
 
 
-SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check)
+_UNIT = (0.0, 1.0, 20, False)
+SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check, report={
+    "n_words": (0.0, 5.0, 25, True), "mean_word_len": (0.0, 15.0, 30, False), "terminal_punct_line_ratio": _UNIT,
+    "short_line_ratio": _UNIT, "dup_line_frac": _UNIT, "top_2gram_frac": _UNIT, "alpha_word_ratio": _UNIT,
+    "stop_words": None, "symbol_word_ratio": None, "bullet_line_ratio": None, "ellipsis_line_ratio": None,
+    "char_entropy": (0.0, 8.0, 32, False), "quality_classifier": _UNIT})

@@ -18,30 +18,17 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.transforms.stages import ORDER as STAGES
+from tokenmill.transforms.stages import REPORT_COLUMNS
 
-# Stage order of the pipeline: the funnel follows it.
 SAMPLE_CHARS = 600
 # Exact duplicate ratio needs every survivor's 8-byte text hash; past this many it is not computed.
 MAX_HASHES = 2_000_000
 HASH_BYTES = 8
 
-# Signals shown as kept-vs-dropped histograms: (low, high, bins, log10 scale).
-HISTOGRAMS = {
-    "n_words": (0.0, 5.0, 25, True),
-    "mean_word_len": (0.0, 15.0, 30, False),
-    "lang_score": (0.0, 1.0, 20, False),
-    "terminal_punct_line_ratio": (0.0, 1.0, 20, False),
-    "short_line_ratio": (0.0, 1.0, 20, False),
-    "dup_line_frac": (0.0, 1.0, 20, False),
-    "top_2gram_frac": (0.0, 1.0, 20, False),
-    "alpha_word_ratio": (0.0, 1.0, 20, False),
-    "char_entropy": (0.0, 8.0, 32, False),
-    "n_tokens": (0.0, 6.0, 24, True),
-    "quality_classifier": (0.0, 1.0, 20, False),
-}
-SAMPLE_SIGNALS = ["n_words", "mean_word_len", "lang", "lang_score", "terminal_punct_line_ratio", "short_line_ratio",
-                  "dup_line_frac", "top_2gram_frac", "alpha_word_ratio", "stop_words", "symbol_word_ratio",
-                  "bullet_line_ratio", "ellipsis_line_ratio", "char_entropy", "dup_cluster"]
+# What the stages' specs ask the report to show: kept-vs-dropped histograms (low, high, bins,
+# log10 scale) and the values shown with each sample document.
+HISTOGRAMS = {name: spec for name, spec in REPORT_COLUMNS.items() if spec is not None}
+SAMPLE_SIGNALS = list(REPORT_COLUMNS)
 
 
 def bin_of(value: float, spec: tuple) -> int:

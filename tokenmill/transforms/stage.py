@@ -9,7 +9,7 @@ it, passes already-dropped documents through untouched, and keeps the Beam count
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
@@ -71,10 +71,14 @@ class Stage:
     """A clean-phase stage as ``prepare`` wires it from one list (transforms/stages.py): its name
     (counters, drop reasons ``name:reason``, the report's order), its JobConfig section (which
     turns it on), its DoFn made from that section, the docs Parquet columns it adds, and its
-    pre-flight check ``check(section, job_config)``, run before the job (one clear line)."""
+    pre-flight check ``check(section, job_config)``, run before the job (one clear line), and
+    what the report shows of its columns."""
 
     name: str
     section: str
     fn: Callable[[Any], beam.DoFn]
     fields: Callable[[Any], list] = _no_fields
     check: Callable[[Any, Any], None] | None = None
+    # The columns it sets that the report shows: a kept-vs-dropped histogram (low, high, bins,
+    # log10 scale), or None for a value shown with each sample document only.
+    report: dict[str, tuple | None] = field(default_factory=dict)

@@ -13,9 +13,13 @@ from tokenmill.transforms.stage import Stage
 
 CLEAN: list[Stage] = [urlfilter.SPEC, extract.SPEC, normalize.SPEC, langid.SPEC, quality.SPEC, pii.SPEC,
                       decontaminate.SPEC]
-# After the clean phase, on small records and buckets (prepare.decide_and_finish wires them).
-LATER = ["dedup", "boilerplate", "tokenize", "shards"]
+# After the clean phase, on small records and buckets (prepare.decide_and_finish wires them),
+# with the columns of theirs the report shows (as Stage.report).
+LATER: dict[str, dict[str, tuple | None]] = {"dedup": {"dup_cluster": None}, "boilerplate": {},
+                                             "tokenize": {"n_tokens": (0.0, 6.0, 24, True)}, "shards": {}}
 ORDER = ["read", *(s.name for s in CLEAN), *LATER]
+REPORT_COLUMNS: dict[str, tuple | None] = {k: v for cols in [*(s.report for s in CLEAN), *LATER.values()]
+                                           for k, v in cols.items()}
 
 
 def enabled(cfg) -> list[tuple[Stage, Any]]:
