@@ -170,28 +170,29 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     return s
 
 
+def _first_broken(rules: list[tuple[bool, str]]) -> str | None:
+    """The reason of the first rule broken, in the order given (each a plain comparison)."""
+    return next((reason for broken, reason in rules if broken), None)
+
+
 def first_failure(s: dict[str, Any], lang: str | None, cfg: QualityConfig) -> str | None:
     """The first rule ``s`` breaks (the drop reason), or None. Order: Gopher quality,
     Gopher repetition, C4, FineWeb; each family can be switched off."""
     no_space = (lang or "") in cfg.no_space_langs
     g = cfg.gopher
     if g.enabled:
-        if s["n_words"] < g.min_words:
-            return "gopher_min_words"
-        if s["n_words"] > g.max_words:
-            return "gopher_max_words"
-        if not no_space and not g.min_mean_word_len <= s["mean_word_len"] <= g.max_mean_word_len:
-            return "gopher_mean_word_len"
-        if s["symbol_word_ratio"] > g.max_symbol_word_ratio:
-            return "gopher_symbol_ratio"
-        if s["bullet_line_ratio"] > g.max_bullet_lines:
-            return "gopher_bullet_lines"
-        if s["ellipsis_line_ratio"] > g.max_ellipsis_lines:
-            return "gopher_ellipsis_lines"
-        if s["alpha_word_ratio"] < g.min_alpha_words:
-            return "gopher_alpha_words"
-        if (lang or "") in cfg.stop_words and s["stop_words"] < g.min_stop_words:
-            return "gopher_stop_words"
+        if reason := _first_broken([
+            (s["n_words"] < g.min_words, "gopher_min_words"),
+            (s["n_words"] > g.max_words, "gopher_max_words"),
+            (not no_space and not g.min_mean_word_len <= s["mean_word_len"] <= g.max_mean_word_len,
+             "gopher_mean_word_len"),
+            (s["symbol_word_ratio"] > g.max_symbol_word_ratio, "gopher_symbol_ratio"),
+            (s["bullet_line_ratio"] > g.max_bullet_lines, "gopher_bullet_lines"),
+            (s["ellipsis_line_ratio"] > g.max_ellipsis_lines, "gopher_ellipsis_lines"),
+            (s["alpha_word_ratio"] < g.min_alpha_words, "gopher_alpha_words"),
+            ((lang or "") in cfg.stop_words and s["stop_words"] < g.min_stop_words, "gopher_stop_words"),
+        ]):
+            return reason
     r = cfg.repetition
     if r.enabled:
         for key, limit in (("dup_line_frac", r.dup_line_frac), ("dup_para_frac", r.dup_para_frac),
@@ -216,14 +217,12 @@ def first_failure(s: dict[str, Any], lang: str | None, cfg: QualityConfig) -> st
             return "c4_min_sentences"
     f = cfg.fineweb
     if f.enabled:
-        if s["terminal_punct_line_ratio"] < f.min_terminal_punct_lines:
-            return "fineweb_terminal_punct"
-        if s["short_line_ratio"] > f.max_short_lines:
-            return "fineweb_short_lines"
-        if s["dup_line_chars_ratio"] > f.max_dup_line_chars:
-            return "fineweb_dup_line_chars"
-        if s["newline_word_ratio"] > f.max_newline_word_ratio:
-            return "fineweb_newlines_per_word"
+        return _first_broken([
+            (s["terminal_punct_line_ratio"] < f.min_terminal_punct_lines, "fineweb_terminal_punct"),
+            (s["short_line_ratio"] > f.max_short_lines, "fineweb_short_lines"),
+            (s["dup_line_chars_ratio"] > f.max_dup_line_chars, "fineweb_dup_line_chars"),
+            (s["newline_word_ratio"] > f.max_newline_word_ratio, "fineweb_newlines_per_word"),
+        ])
     return None
 
 
