@@ -82,7 +82,7 @@ def run_dedup(make_docs, cfg: DedupConfig, workdir: str) -> tuple[list[dict], di
     t0 = time.perf_counter()
     p = beam.Pipeline(options=opts)
     docs = make_docs(p)
-    verdicts = docs | "Nodes" >> beam.ParDo(NodesFn(cfg)) | Dedup(cfg)
+    verdicts = docs | "Nodes" >> beam.ParDo(NodesFn(cfg)) | Dedup(cfg, tmp=f"{workdir}/spill")
     docs | "Small" >> beam.Map(_small_record) | "WriteOut" >> beam.io.WriteToText(f"{workdir}/out")
     _ = (verdicts
          | "VerdictJson" >> beam.Map(lambda v: json.dumps([node_id(v.key, cfg.survivor), v.cluster, v.reason]))

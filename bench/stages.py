@@ -396,7 +396,7 @@ class Case:
 
 
 def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: list[str],
-               limits: Limits = Limits()) -> list[Case]:
+               limits: Limits = Limits(), tmp: str = "") -> list[Case]:
     texts = lambda docs: [d["text"] for d in docs]  # noqa: E731 - the bare loops take texts
     bs = cfg.tokenize.batch_size
     cases = {
@@ -412,7 +412,8 @@ def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: l
                         [("signals+first_failure", lambda: bare_quality(inp.labelled, cfg))]),
         "pii": Case("pii", inp.live, lambda p, pc: pc | beam.ParDo(PiiFn(cfg.pii)),
                     [("redact", lambda: bare_pii(texts(inp.live), cfg))]),
-        "dedup": Case("dedup", inp.redacted, lambda p, pc: pc | beam.ParDo(NodesFn(cfg.dedup)) | Dedup(cfg.dedup, limits),
+        "dedup": Case("dedup", inp.redacted, lambda p, pc: pc | beam.ParDo(NodesFn(cfg.dedup))
+                      | Dedup(cfg.dedup, limits, tmp=os.path.join(tmp or tempfile.gettempdir(), "spill")),
                       [("datasketch MinHash+LSH", lambda: bare_dedup(inp.redacted, cfg)),
                        ("same job, in memory", lambda: bare_dedup_job(inp.redacted, cfg))],
                       one_out_per_doc=False),
@@ -503,7 +504,7 @@ def main() -> int:
 
     limits = force_dedup_groups(inp.redacted, cfg, args.dedup_groups) if args.dedup_groups else Limits()
     tmp = tempfile.TemporaryDirectory(prefix="tokenmill-stages-")
-    cases = make_cases(inp, cfg, model, tok, tok_json, wanted, limits)
+    cases = make_cases(inp, cfg, model, tok, tok_json, wanted, limits, tmp.name)
     for case in cases:
         t0 = time.perf_counter()
         measure(case, args.repeat, tmp.name)

@@ -49,7 +49,7 @@ def run_dedup(
     recorder = Recorder(cfg)
     nodes = [recorder(d) for d in docs]
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
-        verdicts = p | beam.Create([n for n in nodes if n is not None], reshuffle=False) | Dedup(cfg, limits)
+        verdicts = p | beam.Create([n for n in nodes if n is not None], reshuffle=False) | Dedup(cfg, limits, tmp=str(out_dir / "spill"))
         _ = (verdicts
              | "J" >> beam.Map(lambda v: json.dumps([v.key.hex(), v.cluster, v.reason, v.size]))
              | "W" >> beam.io.WriteToText(str(out_dir / "verdicts")))

@@ -33,6 +33,7 @@ from tokenmill.transforms.buckets import (
 from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, rehydrated
 from tokenmill.transforms.progress import reporter
 from tokenmill.transforms.shards import ShardFile
+from tokenmill.transforms.spill import Spiller, Unspilled, emit_refs
 from tokenmill.transforms.stage import count
 from tokenmill.transforms.tokenize import Encoder, SampleItem, sample_key
 
@@ -44,15 +45,21 @@ def candidates_folder(out: str) -> str:
     return FileSystems.join(out, TMP, "candidates")
 
 
+def spill_folder(out: str) -> str:
+    """Where spilled small records wait (spill): locators, dedup's signatures and band keys."""
+    return FileSystems.join(out, TMP, "spill")
+
+
 class StashFn(beam.DoFn):
     """Clean phase, last step. Every document is written to a candidate file and becomes
-    small records: (bucket, locator) (main) and, for a live one, its dedup node ('nodes') and,
-    when a tokenizer is to be trained, a sample text ('sample'). Dropped documents wait too, so
-    that every docs Parquet file is written by its bucket, sorted by id: the same bytes on
-    every runner."""
+    small records: its locator, spilled by bucket (main: (bucket, SpillRef) per bucket when the
+    bundle ends), and, for a live one, its dedup node ('nodes') and, when a tokenizer is to be
+    trained, a sample text ('sample'). Dropped documents wait too, so that every docs Parquet
+    file is written by its bucket, sorted by id: the same bytes on every runner."""
 
     def __init__(self, cfg: JobConfig, out: str, buckets: int, sample: bool, progress: str | None = None):
         self._cfg, self._folder, self._buckets, self._sample = cfg, candidates_folder(out), buckets, sample
+        self._spill_folder = spill_folder(out)
         self._progress_folder = progress
 
     def setup(self):
@@ -60,6 +67,7 @@ class StashFn(beam.DoFn):
 
     def start_bundle(self):
         self._writer = CandidateWriter(self._folder)
+        self._locators = Spiller(self._spill_folder)
         self._progress = reporter(self._progress_folder)
 
     def process(self, doc):
@@ -84,10 +92,11 @@ class StashFn(beam.DoFn):
             # be the same from one run to the next.
             yield TaggedOutput(SAMPLE, SampleItem((*sample_key(doc), tie), chars, (file, offset, len(frame))))
         loc = Locator(doc.get("id") or "", tie, node.key if node else None, file, offset, len(frame))
-        yield bucket_of(doc.get("id"), self._buckets), loc
+        self._locators.add(bucket_of(doc.get("id"), self._buckets), loc)
 
     def finish_bundle(self):
-        self._writer.close()
+        self._writer.close()  # before the refs go: a ref's reader finds its candidate files whole
+        yield from emit_refs(self._locators)
         if self._progress:
             self._progress.flush()
 
@@ -252,12 +261,14 @@ class FinishFn(beam.DoFn):
             return docmod.DocsFile(FileSystems.join(self._out, "docs", name), self._schema)
 
         progress = reporter(self._progress_folder)
-        # A bucket's group holds its Locators and its Verdicts.
-        locators, local_copy = [v for v in items if isinstance(v, Locator)], None
+        # A bucket's group holds refs to its spilled Locators, and its Verdicts.
+        locators, verdicts, local_copy = [], [], None
+        for v in Unspilled(items):
+            (locators if isinstance(v, Locator) else verdicts).append(v)
         try:
             if locators and "://" in locators[0].file:  # remote candidates: one sequential pass first
                 locators, local_copy = localize(locators, reader)
-            for tag, value in finish_bucket(locators, (v for v in items if isinstance(v, Verdict)),
+            for tag, value in finish_bucket(locators, verdicts,
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
                                             d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
                                             (sketch, self._cfg.boilerplate) if sketch is not None else None):

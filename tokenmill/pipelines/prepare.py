@@ -111,7 +111,7 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
     by_bucket = [stashed.located]
     dedup_stats = None
     if cfg.dedup.enabled:  # decide phase: dedup on the small records, verdicts to their buckets
-        verdicts = stashed[phases.NODES] | "Dedup" >> Dedup(cfg.dedup)
+        verdicts = stashed[phases.NODES] | "Dedup" >> Dedup(cfg.dedup, tmp=phases.spill_folder(out))
         dedup_stats = cluster_stats(verdicts, cfg.dedup)
         by_bucket.append(verdicts | "VerdictBuckets" >> beam.Map(phases.verdict_for_bucket, buckets,
                                                                   cfg.dedup.survivor))

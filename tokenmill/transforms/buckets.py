@@ -65,14 +65,14 @@ def bucket_of(doc_id: str | None, buckets: int) -> int:
 def pack(doc: dict[str, Any]) -> bytes:
     """``doc`` as compact bytes, a frame of the candidate files. zstd takes the pickle to about
     half; level -1 costs half the CPU of level 1 for a frame about 15% larger (bench/stages.py)."""
-    return _zstd_contexts().c.compress(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
+    return zstd_contexts().c.compress(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def unpack(blob: bytes) -> dict[str, Any]:
-    return pickle.loads(_zstd_contexts().d.decompress(blob))
+    return pickle.loads(zstd_contexts().d.decompress(blob))
 
 
-def _zstd_contexts():
+def zstd_contexts():
     if not hasattr(_zstd, "c"):
         _zstd.c, _zstd.d = zstandard.ZstdCompressor(level=-1), zstandard.ZstdDecompressor()
     return _zstd

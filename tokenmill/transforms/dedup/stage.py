@@ -32,6 +32,7 @@ from tokenmill.transforms.dedup.lsh import band_blobs, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.records import Recorder
 from tokenmill.transforms.dedup.survivor import group_verdicts, node_hash
 from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
+from tokenmill.transforms.spill import Spiller, Unspilled, emit_refs, read_spill
 
 
 class NodesFn(beam.DoFn):
@@ -50,41 +51,76 @@ class NodesFn(beam.DoFn):
             yield node
 
 
-def _join_records(node):
-    """A node -> its join record by h (every node), and its LSH record (those with a signature)."""
-    key, sig = node
-    yield (node_hash(key), (0, key))
-    if sig is not None:
-        yield TaggedOutput(_LSH, (key, sig))
-
-
 _LSH = "lsh"
 
 
+class _Prepare(beam.DoFn):
+    """A node -> its join record by h (main, every node); its (key, signature), when it has one,
+    into the bundle's spill file, whose ref goes on ('lsh') when the bundle ends: the nodes wait
+    in files, not in the runner, while they are counted."""
+
+    def __init__(self, folder: str):
+        self._folder = folder
+
+    def start_bundle(self):
+        self._spill = None
+
+    def process(self, node):
+        key, sig = node
+        yield node_hash(key), (0, key)
+        if sig is not None:
+            if self._spill is None:
+                self._spill = Spiller(self._folder)
+            self._spill.add(0, (key, sig))
+
+    def finish_bundle(self):
+        yield from emit_refs(self._spill, _LSH)
+
+
 class _BandBlobs(beam.DoFn):
-    """A batch of (node key, signature) -> band blobs (main) and, to verify, signature blobs:
-    beside the band blobs when the LSH has one partition (its group verifies), else to the
-    joins ('sigs')."""
+    """A spilled run of (node key, signature), read in batches of ``batch_nodes`` -> band blobs
+    by LSH partition (main) and, to verify, signature blobs: beside the band blobs when the LSH
+    has one partition (its group verifies), else by join group ('sigs'). Both are spilled too;
+    only their refs go on."""
 
     SIGS = "sigs"
 
-    def __init__(self, bands: int, rows: int, verifying: bool, limits: Limits):
+    def __init__(self, bands: int, rows: int, verifying: bool, limits: Limits, folder: str):
         self._bands = bands
         self._rows = rows
         self._verify = verifying
         self._limits = limits
+        self._folder = folder
 
-    def process(self, batch, nodes):
+    def start_bundle(self):
+        self._band_spill, self._sig_spill = Spiller(self._folder), Spiller(self._folder)
+
+    def process(self, kv, nodes):
+        batch = []
+        for node in read_spill(kv[1]):
+            batch.append(node)
+            if len(batch) >= self._limits.batch_nodes:
+                self._spill(batch, nodes)
+                batch = []
+        if batch:
+            self._spill(batch, nodes)
+
+    def _spill(self, batch, nodes: int) -> None:
         batch = exact_reps(batch)
         keys = [k for k, _ in batch]
         sigs = [s for _, s in batch]
         partitions = self._limits.lsh_partitions(nodes, self._bands)
-        yield from band_blobs(keys, sigs, self._bands, self._rows, partitions)
-        if self._verify and partitions == 1:
-            yield from verify.signature_blobs(keys, sigs, 1)
-        elif self._verify:
-            for kv in verify.signature_blobs(keys, sigs, self._limits.join_partitions(nodes)):
-                yield TaggedOutput(self.SIGS, kv)
+        for q, blob in band_blobs(keys, sigs, self._bands, self._rows, partitions):
+            self._band_spill.add(q, blob)
+        if self._verify:
+            joins = 1 if partitions == 1 else self._limits.join_partitions(nodes)
+            spill = self._band_spill if partitions == 1 else self._sig_spill
+            for q, blob in verify.signature_blobs(keys, sigs, joins):
+                spill.add(q, blob)
+
+    def finish_bundle(self):
+        yield from emit_refs(self._band_spill)
+        yield from emit_refs(self._sig_spill, self.SIGS)
 
 
 class _EdgeSink(beam.DoFn):
@@ -131,7 +167,8 @@ class _BucketEdges(_EdgeSink):
         self._big = Metrics.counter(NS, "lsh_big_buckets")
 
     def process(self, kv, nodes):
-        edges, big = bucket_edges(kv[1], self._max)
+        blobs = Unspilled(kv[1])
+        edges, big = bucket_edges(blobs, self._max)
         self._candidates.inc(len(edges))
         if big:
             self._big.inc(big)
@@ -139,7 +176,7 @@ class _BucketEdges(_EdgeSink):
         if not self._verify:
             yield from self._emit(edges, whole)
         elif whole:
-            yield from self._verified(*verify.verify_local(kv[1], edges, self._num_perm, self._threshold), True)
+            yield from self._verified(*verify.verify_local(blobs, edges, self._num_perm, self._threshold), True)
         else:
             yield from verify.edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob)
 
@@ -159,16 +196,16 @@ class _AttachSignature(_JoinSink):
     def process(self, kv, nodes):
         partitions = self._limits.join_partitions(nodes)
         if partitions == 1:
-            yield from self._verified(*verify.verify_in_group(kv[1], self._num_perm, self._threshold), True)
+            yield from self._verified(*verify.verify_in_group(Unspilled(kv[1]), self._num_perm, self._threshold), True)
         else:
-            yield from verify.attach_signature(kv[1], self._num_perm, partitions, self._limits.edge_blob)
+            yield from verify.attach_signature(Unspilled(kv[1]), self._num_perm, partitions, self._limits.edge_blob)
 
 
 class _VerifyEdges(_JoinSink):
     """Join 2 (see verify_edges)."""
 
     def process(self, kv, nodes):
-        kept, rejected = verify.verify_edges(kv[1], self._num_perm, self._threshold)
+        kept, rejected = verify.verify_edges(Unspilled(kv[1]), self._num_perm, self._threshold)
         yield from self._verified(kept, rejected, self._limits.join_partitions(nodes) == 1)
 
 
@@ -222,17 +259,23 @@ class _Sized(beam.DoFn):
 
 class Dedup(beam.PTransform):
     """PCollection[Node] -> PCollection[Verdict]: one verdict per document in a cluster (exact
-    or near), with the cluster's size; a document with no verdict is unique."""
+    or near), with the cluster's size; a document with no verdict is unique. Signatures and
+    band keys are spilled to files under ``tmp`` (spill): only their refs, edges, keys and
+    verdicts are grouped. The caller removes ``tmp`` after the job."""
 
-    def __init__(self, cfg: DedupConfig | None = None, limits: Limits = Limits(), label: str | None = None):
+    def __init__(self, cfg: DedupConfig | None = None, limits: Limits = Limits(), label: str | None = None,
+                 tmp: str = ""):
         super().__init__(label)
         self._cfg = cfg or DedupConfig()
         self._limits = limits
+        if self._cfg.near and not tmp:
+            raise ValueError("Dedup needs a temporary folder (tmp) for its spill files")
+        self._tmp = tmp
 
     def expand(self, nodes):
         cfg, limits = self._cfg, self._limits
         prepared = nodes | "Prepare" >> (
-            beam.FlatMap(_join_records)
+            beam.ParDo(_Prepare(self._tmp))
             # Without this, Beam infers the main output as "tuple or TaggedOutput" and the
             # GroupByKey downstream refuses it.
             .with_output_types(tuple[bytes, tuple[int, Any]])
@@ -240,15 +283,15 @@ class Dedup(beam.PTransform):
         )
         labels = []  # (h, (2, label)) for the join
         if cfg.near:
-            sigs = prepared[_LSH]
-            count = sigs | "CountNodes" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
+            spilled = prepared[_LSH]
+            count = (spilled
+                     | "NodeCounts" >> beam.Map(lambda kv: kv[1].records)
+                     | "CountNodes" >> beam.CombineGlobally(sum).without_defaults())
             n_nodes = AsSingleton(count, default_value=0)
             blobs = (
-                sigs
-                | "BatchNodes" >> beam.BatchElements(min_batch_size=limits.batch_nodes,
-                                                     max_batch_size=limits.batch_nodes)
+                spilled
                 | "BandBlobs"
-                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify, limits), n_nodes)
+                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify, limits, self._tmp), n_nodes)
                 .with_output_types(tuple[int, Any])
                 .with_outputs(_BandBlobs.SIGS, main="bands")
             )

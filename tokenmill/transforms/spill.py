@@ -1,0 +1,127 @@
+"""Shuffles through files: a bundle writes its records for each partition into a temporary
+file of its own, and only a ``SpillRef`` (file, chunks, count) crosses the GroupByKey; the
+group's step reads the records back (``Unspilled``).
+
+Why: Beam's local runners hold every grouped record in memory until its stage runs, and
+FnApiRunner copies a shuffle's input again while cutting it into one part per worker; cluster
+runners ship it by the byte. A reference is ~150 bytes for any number of records, so the
+runner's share of the decide and finish phases no longer grows with the corpus (issue #15).
+
+A retried bundle writes a new file, and only refs sent by a committed bundle are read, so an
+orphan is never read; the files go with the run's temporary folder. A group's order of refs is
+the runner's, as a GroupByKey's order of values always is: its readers do not depend on it.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from apache_beam.io.filesystems import CompressionTypes, FileSystems
+from apache_beam.pvalue import TaggedOutput
+from apache_beam.transforms.window import GlobalWindows
+
+from tokenmill.transforms.buckets import zstd_contexts
+
+
+class SpillRef(NamedTuple):
+    """One partition's records in one bundle's spill file."""
+
+    path: str
+    chunks: tuple[tuple[int, int], ...]  # (offset, length) of each zstd frame of pickles
+    records: int
+
+
+class Spiller:
+    """A bundle's spill file. ``add(partition, record)`` buffers the record's pickle; a
+    partition's buffer becomes a chunk (a zstd frame) at ``chunk_bytes``, every buffer when they
+    hold ``budget_bytes`` together, so memory is bounded whatever the partition count."""
+
+    def __init__(self, folder: str, chunk_bytes: int = 1 << 20, budget_bytes: int = 16 << 20):
+        self._folder, self._chunk, self._budget = folder, chunk_bytes, budget_bytes
+        self._buffers: dict[int, list[bytes]] = {}
+        self._sizes: dict[int, int] = {}
+        self._chunks: dict[int, list[tuple[int, int]]] = {}
+        self._counts: dict[int, int] = {}
+        self._held = 0
+        self._fh, self._path, self._pos = None, "", 0
+
+    def add(self, partition: int, record: Any) -> None:
+        data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        self._buffers.setdefault(partition, []).append(data)
+        self._sizes[partition] = self._sizes.get(partition, 0) + len(data)
+        self._counts[partition] = self._counts.get(partition, 0) + 1
+        self._held += len(data)
+        if self._sizes[partition] >= self._chunk:
+            self._flush(partition)
+        if self._held >= self._budget:
+            for q in list(self._buffers):
+                self._flush(q)
+
+    def _flush(self, partition: int) -> None:
+        parts = self._buffers.pop(partition, None)
+        if not parts:
+            return
+        if self._fh is None:
+            self._path = FileSystems.join(self._folder, f"{uuid.uuid4().hex}.spill")
+            self._fh = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+        frame = zstd_contexts().c.compress(b"".join(parts))
+        self._fh.write(frame)
+        self._chunks.setdefault(partition, []).append((self._pos, len(frame)))
+        self._pos += len(frame)
+        self._held -= self._sizes.pop(partition)
+
+    def close(self) -> list[tuple[int, SpillRef]]:
+        """Writes what is buffered and closes the file: (partition, ref) per partition, in order."""
+        for q in list(self._buffers):
+            self._flush(q)
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        refs = [(q, SpillRef(self._path, tuple(self._chunks[q]), self._counts[q])) for q in sorted(self._chunks)]
+        self._chunks, self._counts = {}, {}
+        return refs
+
+
+def read_spill(ref: SpillRef) -> Iterator[Any]:
+    """A ref's records, in the order they were added."""
+    d = zstd_contexts().d
+    with FileSystems.open(ref.path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+        for offset, length in ref.chunks:
+            fh.seek(offset)
+            data = fh.read(length)
+            if len(data) != length:
+                raise OSError(f"{ref.path}: {len(data)} bytes at offset {offset}, expected {length} "
+                              "(a temporary spill file was changed during the run)")
+            buf = io.BytesIO(d.decompress(data))
+            end = buf.getbuffer().nbytes
+            while buf.tell() < end:
+                yield pickle.load(buf)
+
+
+class Unspilled:
+    """A group's values with every ``SpillRef`` replaced by its records; iterable more than once
+    (each pass reads the files again, nothing is held)."""
+
+    def __init__(self, items: Iterable[Any]):
+        self._items = items
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self._items:
+            if isinstance(item, SpillRef):
+                yield from read_spill(item)
+            else:
+                yield item
+
+
+def emit_refs(spiller: Spiller | None, tag: str | None = None) -> Iterator[Any]:
+    """For a DoFn's ``finish_bundle``: the spiller's (partition, ref) records as outputs (on
+    ``tag``, else the main output). The pipeline is batch, so every record is in the global window."""
+    if spiller is None:
+        return
+    for kv in spiller.close():
+        wv = GlobalWindows.windowed_value(kv)
+        yield TaggedOutput(tag, wv) if tag else wv
