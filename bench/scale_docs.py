@@ -115,7 +115,7 @@ def generate(n: int, folder: Path, lines: list[str], seed: int = 11) -> tuple[in
 
 
 class DiskSampler(threading.Thread):
-    """Peak bytes under OUT's stage folders' temporary candidate files."""
+    """Peak bytes under OUT's stage folders' temporary files (candidates and spills)."""
 
     def __init__(self, out: Path, every: float = 1.0):
         super().__init__(daemon=True)
@@ -186,7 +186,7 @@ def main() -> int:
         tokens = sum(s["tokens"] for s in manifest["splits"].values())
         print(f"scale_docs: {args.mode}: {r['wall_s']:.0f} s wall = {n / r['wall_s']:,.0f} docs/s; "
               f"peak tree RSS {r['tree_mb']:,.0f} MB (largest process {r['max1_mb']:,.0f} MB); "
-              f"temporary candidate files peak {disk.peak / 1e6:,.0f} MB")
+              f"temporary files (candidates and spills) peak {disk.peak / 1e6:,.0f} MB")
         print(f"scale_docs: output {du(out / 'docs') / 1e6:,.0f} MB docs Parquet ({rows:,} rows), "
               f"{du(out / 'shards') / 1e6:,.0f} MB shards ({tokens:,} tokens in "
               f"{sum(len(s['shards']) for s in manifest['splits'].values())} files)")
