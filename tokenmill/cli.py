@@ -32,6 +32,12 @@ def _quiet_logging() -> None:
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
 
 
+def _load_beam() -> None:
+    from tokenmill.pipelines.beamload import import_without_pandas
+
+    import_without_pandas("apache_beam")
+
+
 def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     from rich.console import Console
 
@@ -46,6 +52,7 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         if not args.output.strip():
             raise UserError("--output: an empty path")
         cfg.output = args.output
+    _load_beam()
     from tokenmill.pipelines import launch, prepare, progress
 
     options, runner = launch.beam_options(beam_args)
@@ -81,6 +88,7 @@ def _load_report(path: str) -> dict:
 def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
     from rich.console import Console
 
+    _load_beam()
     from tokenmill.pipelines import refilter
 
     report_path = refilter.run(args.out, args.output, args.config, args.set, beam_args)
