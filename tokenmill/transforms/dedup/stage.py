@@ -12,7 +12,8 @@
 5. Survivor: the component minimum is the survivor (survivor.node_key); the join by ``h`` gives
    every member of a cluster its ``Verdict``.
 
-Only keys, signatures, edges and verdicts move: never a document.
+Only keys, edges, verdicts and refs to spilled signatures and band keys (spill) move: never a
+document.
 """
 
 from __future__ import annotations
