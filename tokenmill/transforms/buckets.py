@@ -123,17 +123,21 @@ class CandidateReader:
         self._keep = keep_open
 
     def read(self, loc: Locator) -> bytes:
-        fh = self._open.pop(loc.file, None)
+        return self.read_at(loc.file, loc.offset, loc.length)
+
+    def read_at(self, file: str, offset: int, length: int, kind: str = "candidate") -> bytes:
+        """``length`` bytes at ``offset`` of ``file``, a temporary ``kind`` file of this run."""
+        fh = self._open.pop(file, None)
         if fh is None:
-            fh = FileSystems.open(loc.file, compression_type=CompressionTypes.UNCOMPRESSED)
+            fh = FileSystems.open(file, compression_type=CompressionTypes.UNCOMPRESSED)
             while len(self._open) >= self._keep:
                 self._open.popitem(last=False)[1].close()
-        self._open[loc.file] = fh
-        fh.seek(loc.offset)
-        data = fh.read(loc.length)
-        if len(data) != loc.length:
-            raise OSError(f"{loc.file}: {len(data)} bytes at offset {loc.offset}, expected {loc.length} "
-                          "(a temporary candidate file was changed during the run)")
+        self._open[file] = fh
+        fh.seek(offset)
+        data = fh.read(length)
+        if len(data) != length:
+            raise OSError(f"{file}: {len(data)} bytes at offset {offset}, expected {length} "
+                          f"(a temporary {kind} file was changed during the run)")
         return data
 
     def close(self) -> None:

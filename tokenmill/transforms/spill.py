@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import io
 import pickle
-import uuid
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.window import GlobalWindows
 
-from tokenmill.transforms.buckets import zstd_contexts
+from tokenmill.transforms.buckets import CandidateReader, CandidateWriter, zstd_contexts
 
 
 class SpillRef(NamedTuple):
@@ -41,13 +40,15 @@ class Spiller:
     hold ``budget_bytes`` together, so memory is bounded whatever the partition count."""
 
     def __init__(self, folder: str, chunk_bytes: int = 1 << 20, budget_bytes: int = 16 << 20):
-        self._folder, self._chunk, self._budget = folder, chunk_bytes, budget_bytes
+        self._chunk, self._budget = chunk_bytes, budget_bytes
         self._buffers: dict[int, list[bytes]] = {}
         self._sizes: dict[int, int] = {}
         self._chunks: dict[int, list[tuple[int, int]]] = {}
         self._counts: dict[int, int] = {}
         self._held = 0
-        self._fh, self._path, self._pos = None, "", 0
+        self._path = ""
+        # One file for the whole bundle (never rolled): a ref names one file.
+        self._writer = CandidateWriter(folder, roll_bytes=sys.maxsize)
 
     def add(self, partition: int, record: Any) -> None:
         data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
@@ -65,22 +66,16 @@ class Spiller:
         parts = self._buffers.pop(partition, None)
         if not parts:
             return
-        if self._fh is None:
-            self._path = FileSystems.join(self._folder, f"{uuid.uuid4().hex}.spill")
-            self._fh = FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
         frame = zstd_contexts().c.compress(b"".join(parts))
-        self._fh.write(frame)
-        self._chunks.setdefault(partition, []).append((self._pos, len(frame)))
-        self._pos += len(frame)
+        self._path, at = self._writer.add(frame)
+        self._chunks.setdefault(partition, []).append((at, len(frame)))
         self._held -= self._sizes.pop(partition)
 
     def close(self) -> list[tuple[int, SpillRef]]:
         """Writes what is buffered and closes the file: (partition, ref) per partition, in order."""
         for q in list(self._buffers):
             self._flush(q)
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        self._writer.close()
         refs = [(q, SpillRef(self._path, tuple(self._chunks[q]), self._counts[q])) for q in sorted(self._chunks)]
         self._chunks, self._counts = {}, {}
         return refs
@@ -88,18 +83,15 @@ class Spiller:
 
 def read_spill(ref: SpillRef) -> Iterator[Any]:
     """A ref's records, in the order they were added."""
-    d = zstd_contexts().d
-    with FileSystems.open(ref.path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+    d, reader = zstd_contexts().d, CandidateReader(keep_open=1)
+    try:
         for offset, length in ref.chunks:
-            fh.seek(offset)
-            data = fh.read(length)
-            if len(data) != length:
-                raise OSError(f"{ref.path}: {len(data)} bytes at offset {offset}, expected {length} "
-                              "(a temporary spill file was changed during the run)")
-            buf = io.BytesIO(d.decompress(data))
+            buf = io.BytesIO(d.decompress(reader.read_at(ref.path, offset, length, kind="spill")))
             end = buf.getbuffer().nbytes
             while buf.tell() < end:
                 yield pickle.load(buf)
+    finally:
+        reader.close()
 
 
 class Unspilled:
