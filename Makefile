@@ -20,6 +20,10 @@ $(BIN)/tokenmill: pyproject.toml
 	# Full fastText for `tokenmill classifier train`, in its own folder: fasttext-numpy2 and
 	# fasttext-predict (scoring) both ship a module named fasttext.
 	$(BIN)/pip install -q --no-deps --target $(VENV)/fasttext-train fasttext-numpy2==0.10.4
+	# Bytecode for tokenmill's own modules, as pip writes it for an installed package: an editable
+	# install has none, and where PYTHONDONTWRITEBYTECODE is set every process (the launcher and
+	# each Beam worker) compiled them again at start, 0.4 s each.
+	$(BIN)/python -m compileall -q tokenmill
 	@touch $@
 
 setup: $(BIN)/tokenmill

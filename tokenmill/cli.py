@@ -34,9 +34,9 @@ def _quiet_logging() -> None:
 
 
 def _load_beam() -> None:
-    from tokenmill.pipelines.beamload import import_without_pandas
+    from tokenmill.pipelines.beamload import import_lean
 
-    import_without_pandas("apache_beam")
+    import_lean("apache_beam")
 
 
 def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
