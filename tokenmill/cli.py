@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,26 @@ def _load_beam() -> None:
     import_lean("apache_beam")
 
 
+@contextlib.contextmanager
+def _beam_job(beam_args: list[str]):
+    """Around a Beam verb: its multi_processing workers start first, while this process loads
+    Beam and builds the graph (warm), and those no job took are ended after it."""
+    from tokenmill.pipelines import warm
+
+    warm.start(beam_args)
+    try:
+        _load_beam()
+        yield
+    finally:
+        warm.stop()
+
+
 def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
+    with _beam_job(beam_args):
+        return _prepare(args, beam_args)
+
+
+def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     from rich.console import Console
 
     from tokenmill.config import load_config
@@ -53,7 +73,6 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         if not args.output.strip():
             raise UserError("--output: an empty path")
         cfg.output = args.output
-    _load_beam()
     from tokenmill.pipelines import launch, prepare, progress
 
     options, runner = launch.beam_options(beam_args)
@@ -89,10 +108,10 @@ def _load_report(path: str) -> dict:
 def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
     from rich.console import Console
 
-    _load_beam()
-    from tokenmill.pipelines import refilter
+    with _beam_job(beam_args):
+        from tokenmill.pipelines import refilter
 
-    report_path = refilter.run(args.out, args.output, args.config, args.set, beam_args)
+        report_path = refilter.run(args.out, args.output, args.config, args.set, beam_args)
     _print_report(report_path, Console())
     return 0
 

@@ -10,9 +10,7 @@ import errno
 import io
 import os
 import re
-import shlex
 import signal
-import sys
 import threading
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
@@ -21,6 +19,7 @@ from apache_beam.runners.runner import PipelineRunner, create_runner
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
 from tokenmill.errors import UserError
+from tokenmill.pipelines import warm
 
 
 def beam_options(beam_args: list[str]) -> tuple[PipelineOptions, PipelineRunner]:
@@ -89,7 +88,6 @@ def interrupted(e: BaseException) -> bool:
     return any(isinstance(c, KeyboardInterrupt) for c in _chain(e))
 
 
-WORKER_MODULE = "tokenmill.pipelines.worker"
 
 
 def _local_workers(options: PipelineOptions, runner: PipelineRunner) -> PipelineRunner:
@@ -98,10 +96,7 @@ def _local_workers(options: PipelineOptions, runner: PipelineRunner) -> Pipeline
     direct = options.view_as(DirectOptions)
     if not isinstance(runner, FnApiRunner) or direct.direct_running_mode != "multi_processing":
         return runner
-    # Run by sh -c. A SIGINT ignored before exec stays ignored, and Python then installs no
-    # KeyboardInterrupt handler: a Ctrl-C during the worker's start-up is ignored too.
-    env = SubprocessSDKEnvironment.from_command_string(
-        f"trap '' INT; exec {shlex.quote(sys.executable)} -m {WORKER_MODULE}")
+    env = SubprocessSDKEnvironment.from_command_string(warm.worker_command())
     # FnApiRunner picks Beam's worker command in multi_processing mode and keeps a given one
     # otherwise: the same workers (direct_num_workers of them), started our way.
     direct.direct_running_mode = "in_memory"
@@ -128,7 +123,7 @@ def end_workers() -> None:
         mine.update(kids)
         todo += kids
     for pid in mine:
-        if WORKER_MODULE.encode() in cmd.get(pid, b""):
+        if warm.WORKER_MODULE.encode() in cmd.get(pid, b""):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
 

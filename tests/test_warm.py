@@ -1,0 +1,73 @@
+"""Warm multi_processing workers (pipelines/warm.py): started before the launcher loads Beam, then
+claimed by FnApiRunner's attach processes; a job with more workers than warm ones starts the rest
+cold. The output is the same either way, and nothing is left behind."""
+
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from tokenmill.pipelines import warm
+
+MULTI = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+@pytest.mark.parametrize("args, n", [
+    ([], 0),
+    (["--direct_running_mode=in_memory"], 0),
+    (MULTI, 2),
+    (["--direct_running_mode", "multi_processing", "--direct_num_workers", "3"], 3),
+    (["--direct_running_mode=multi_processing"], 1),  # Beam's default: one worker
+    (["--direct_running_mode=multi_processing", "--direct_num_workers=0"], os.cpu_count()),  # Beam: one per CPU
+    ([*MULTI, "--runner=FnApiRunner"], 2),
+    ([*MULTI, "--runner=PortableRunner"], 0),  # its workers are not FnApiRunner's subprocesses
+    (["--direct_running_mode=multi_processing", "--direct_num_workers=two"], 0),  # Beam says so itself
+])
+def test_workers_wanted(args, n):
+    assert warm.workers_wanted(args) == n
+
+
+def test_unclaimed_workers_end_with_the_launchers_job():
+    started = warm.start(MULTI)
+    try:
+        assert started is not None and len(started.procs) == 2
+        assert warm.worker_command().endswith(f"--attach {started.folder} 2")
+    finally:
+        warm.stop()
+    assert all(p.poll() is not None for p in started.procs)
+    assert not os.path.exists(started.folder)
+    assert "--attach" not in warm.worker_command()  # a cold worker again
+
+
+def _rows(out):
+    files = sorted(f for f in os.listdir(out / "docs") if f.endswith(".parquet"))
+    return {f: pq.read_table(out / "docs" / f).to_pylist() for f in files}
+
+
+def test_warm_and_cold_workers_in_one_job_give_the_same_output(tmp_path):
+    """One warm worker for a two-worker job: the first attach claims it, the second finds none
+    and becomes a cold worker. Docs and shards equal an in-process run's, byte for byte."""
+    from tokenmill.cli import _load_beam, sample_inputs
+    from tokenmill.config import load_config
+
+    _load_beam()
+    from tokenmill.pipelines import prepare
+
+    outs = {}
+    for name, args in (("in_memory", ["--direct_running_mode=in_memory"]), ("mixed", MULTI)):
+        cfg = load_config(None, ["tokenize.vocab_size=1000"])
+        cfg.inputs, cfg.output = sample_inputs(), str(tmp_path / name)
+        started = warm.start(["--direct_running_mode=multi_processing", "--direct_num_workers=1"]) if name == "mixed" else None
+        try:
+            prepare.run(cfg, args)
+        finally:
+            warm.stop()
+        if started:
+            assert os.path.exists(started.folder) is False
+            assert all(p.returncode == 0 for p in started.procs)  # claimed, ran, ended on its own
+        outs[name] = tmp_path / name
+    assert _rows(outs["mixed"]) == _rows(outs["in_memory"])
+    shards = sorted(os.listdir(outs["in_memory"] / "shards"))
+    assert shards == sorted(os.listdir(outs["mixed"] / "shards")) and shards
+    for s in shards:
+        assert (outs["mixed"] / "shards" / s).read_bytes() == (outs["in_memory"] / "shards" / s).read_bytes()
