@@ -99,14 +99,15 @@ def test_two_ranks_equal_one_rank_at_the_same_global_batch(prepared, reference, 
     # a rank reading other data, or a gradient missing or counted twice, shows at step 1 by 0.1
     # or more. Later the two runs drift apart as any two float32 trainings whose sums are taken
     # in another order do: measured, the loss by 1e-5 at step 15, 1e-3 by step 30 and 2e-2
-    # by step 60 at this learning rate, where gradient-norm spikes come at different steps.
+    # by step 60 at this learning rate, where gradient-norm spikes come at different steps; on
+    # another machine's CPU kernels, 6.3e-2 at step 49 (the same on the commit before).
     for a, b in zip(ref, two):
         if a["step"] <= 10:
             assert abs(a["loss"] - b["loss"]) < 1e-5, (a["step"], a["loss"], b["loss"])
             assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * max(1.0, a["grad_norm"]), (
                 a["step"], a["grad_norm"], b["grad_norm"])
         else:
-            assert abs(a["loss"] - b["loss"]) < 0.05, (a["step"], a["loss"], b["loss"])
+            assert abs(a["loss"] - b["loss"]) < 0.1, (a["step"], a["loss"], b["loss"])
         if "val_loss" in a:
             assert abs(a["val_loss"] - b["val_loss"]) < 0.05
     # sharded: each of the 2 ranks wrote its own shard file of the checkpoint
