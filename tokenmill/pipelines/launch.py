@@ -88,8 +88,6 @@ def interrupted(e: BaseException) -> bool:
     return any(isinstance(c, KeyboardInterrupt) for c in _chain(e))
 
 
-
-
 def _local_workers(options: PipelineOptions, runner: PipelineRunner) -> PipelineRunner:
     """``runner``, except that FnApiRunner's multi_processing workers are started through
     tokenmill/pipelines/worker.py (Ctrl-C, stderr)."""
