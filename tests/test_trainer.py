@@ -232,13 +232,19 @@ def test_an_error_on_another_rank_is_said_and_ends_the_job(prepared, tmp_path):
     line (not silence, not a hang until torchrun's grace period), and no traceback of ours."""
     script = tmp_path / "oom_on_rank1.py"
     script.write_text(FAULT)
-    cmd = train_cmd(prepared, tmp_path / "run", accum=1)
-    t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        str(script), *cmd[1:]], env=child_env(), capture_output=True, text=True, timeout=120)
-    took = time.monotonic() - t0
-    ours = [line for line in p.stderr.splitlines() if line.startswith("tokenmill: error:")]
-    assert p.returncode != 0 and took < 60, (took, p.stderr[-3000:])
-    assert any(line.startswith("tokenmill: error: rank 1: CUDA out of memory at step 3") for line in ours), ours
-    assert any(line.startswith("tokenmill: error: rank 0: lost contact with the other ranks") for line in ours), ours
+    # Rank 0's line needs gloo to see the dead peer before torchrun ends rank 0: it was missing
+    # once in a whole-suite CI run (0 of 18 runs of this test alone, idle or loaded), so a
+    # second try; both tries fail with rank 0's whole output.
+    for attempt in (1, 2):
+        cmd = train_cmd(prepared, tmp_path / f"run{attempt}", accum=1)
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            str(script), *cmd[1:]], env=child_env(), capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        ours = [line for line in p.stderr.splitlines() if line.startswith("tokenmill: error:")]
+        assert p.returncode != 0 and took < 60, (took, p.stderr[-3000:])
+        assert any(line.startswith("tokenmill: error: rank 1: CUDA out of memory at step 3") for line in ours), ours
+        if any(line.startswith("tokenmill: error: rank 0: lost contact with the other ranks") for line in ours):
+            break
+        assert attempt == 1, (ours, p.stderr[-6000:])
     assert "[rank0]: Traceback" not in p.stderr and "[rank1]: Traceback" not in p.stderr
