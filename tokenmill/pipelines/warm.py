@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 WORKER_MODULE = "tokenmill.pipelines.worker"
@@ -77,12 +78,14 @@ def start(beam_args: list[str]) -> Warm | None:
     if not n:
         return None
     folder = tempfile.mkdtemp(prefix="tokenmill-workers-")
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # ignored, as in the cold workers' command
+    main = threading.current_thread() is threading.main_thread()  # only there can signals be set
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # inherited: as the cold workers' command
     try:
         procs = [subprocess.Popen([sys.executable, "-m", WORKER_MODULE, "--warm", os.path.join(folder, f"{i}.sock")],
                                   stdin=subprocess.DEVNULL) for i in range(n)]
     finally:
-        signal.signal(signal.SIGINT, old)
+        if main:
+            signal.signal(signal.SIGINT, old)
     _current = Warm(folder, procs)
     return _current
 
