@@ -39,6 +39,16 @@ def test_unclaimed_workers_end_with_the_launchers_job():
     assert "--attach" not in warm.worker_command()  # a cold worker again
 
 
+def test_a_claimed_worker_whose_job_never_came_is_ended_too():
+    started = warm.start(MULTI)
+    try:  # an attach that claimed worker 0 and died before it connected
+        open(os.path.join(started.folder, "0.claim"), "w").close()
+    finally:
+        warm.stop()
+    assert all(p.poll() is not None for p in started.procs)
+    assert not os.path.exists(started.folder)
+
+
 def _rows(out):
     files = sorted(f for f in os.listdir(out / "docs") if f.endswith(".parquet"))
     return {f: pq.read_table(out / "docs" / f).to_pylist() for f in files}

@@ -39,14 +39,16 @@ class Warm:
         self.folder, self.procs = folder, procs
 
     def close(self) -> None:
-        """Ends the workers no job attached to (a job that failed before its first bundle, or
-        one that ran fewer workers), reaps the others, and removes the folder."""
+        """Reaps the workers a job attached to (they end with it), ends the others (a job that
+        failed before its first bundle, one that ran fewer workers, a claim whose attach never
+        connected), and removes the folder."""
         for i, proc in enumerate(self.procs):
-            if not os.path.exists(os.path.join(self.folder, f"{i}.claim")):
-                with contextlib.suppress(OSError):
-                    proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+            if os.path.exists(os.path.join(self.folder, f"{i}.claim")):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
