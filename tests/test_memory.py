@@ -42,3 +42,15 @@ def test_arrow_pool_respects_the_users_choice(monkeypatch):
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
     memory.use_system_arrow_pool()
     assert pa.default_memory_pool().backend_name == "system"
+
+
+def test_processes_started_afterwards_use_the_system_pool_from_their_first_allocation(monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    memory.use_system_arrow_pool()
+    # A local Beam worker: Arrow's default pool is chosen at its first use, before tokenmill's code runs.
+    out = subprocess.run([sys.executable, "-c", "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "system"

@@ -10,7 +10,7 @@ import os
 import sys
 from importlib import resources
 
-from tokenmill import __version__
+from tokenmill import __version__, memory
 from tokenmill.errors import UserError
 
 
@@ -393,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    memory.choose_arrow_pool()  # before pyarrow loads: it holds for the workers this process starts
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if not args.verb:

@@ -87,33 +87,44 @@ def shard_schema(dtype: np.dtype, tok: dict[str, Any]) -> pa.Schema:
 
 class ShardWriter:
     """Rows (already in their final order) streamed into one Arrow IPC file, uncompressed, in
-    record batches of at most ``batch_tokens`` tokens (or one row): memory is one batch."""
+    record batches of at most ``batch_tokens`` tokens (or one row): memory is one batch.
+
+    A batch's tokens are copied into one preallocated array as rows come, so each row's own
+    array is freed at once rather than thousands of them waiting in the heap for the batch."""
 
     def __init__(self, sink, schema: pa.Schema, batch_tokens: int):
         self._writer = pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None))
         self._schema, self._batch_tokens = schema, batch_tokens
         self._value_type = schema.field("tokens").type.value_type
+        self._buf = np.empty(0, dtype=self._value_type.to_pandas_dtype())
         self._ids: list[str] = []
-        self._toks: list[np.ndarray] = []
+        self._ends: list[int] = []
         self._pending = 0
         self.docs = self.tokens = 0
 
     def add(self, doc_id: str, tokens: np.ndarray) -> None:
-        if self._ids and self._pending + len(tokens) > self._batch_tokens:
+        n = len(tokens)
+        if self._ids and self._pending + n > self._batch_tokens:
             self._flush()
+        if self._pending + n > len(self._buf):  # the first batch, or a row longer than a batch
+            grown = np.empty(max(self._batch_tokens, self._pending + n), dtype=self._buf.dtype)
+            grown[:self._pending] = self._buf[:self._pending]
+            self._buf = grown
+        self._buf[self._pending:self._pending + n] = tokens
+        self._pending += n
         self._ids.append(doc_id)
-        self._toks.append(tokens)
-        self._pending += len(tokens)
+        self._ends.append(self._pending)
         self.docs += 1
-        self.tokens += len(tokens)
+        self.tokens += n
 
     def _flush(self) -> None:
-        offsets = np.zeros(len(self._toks) + 1, dtype=np.int32)
-        np.cumsum([len(t) for t in self._toks], out=offsets[1:])
-        values = pa.array(np.concatenate(self._toks), type=self._value_type)
-        tokens = pa.ListArray.from_arrays(pa.array(offsets), values)
+        offsets = pa.array(np.array([0, *self._ends], dtype=np.int32))
+        values = pa.array(self._buf[:self._pending], type=self._value_type)
+        tokens = pa.ListArray.from_arrays(offsets, values)
         self._writer.write_batch(pa.record_batch([pa.array(self._ids, pa.string()), tokens], schema=self._schema))
-        self._ids, self._toks, self._pending = [], [], 0
+        self._ids, self._ends, self._pending = [], [], 0
+        if len(self._buf) > self._batch_tokens:  # grown for one long row: back to a batch's size
+            self._buf = np.empty(self._batch_tokens, dtype=self._buf.dtype)
 
     def close(self) -> None:
         if self._ids:

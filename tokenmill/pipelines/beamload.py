@@ -17,7 +17,10 @@ OPTIONAL = ("pandas", "apache_beam.io.gcp.bigquery", "pymongo")
 
 def import_lean(name: str) -> types.ModuleType:
     """``importlib.import_module(name)``, with the OPTIONAL modules not loaded yet failing to
-    import meanwhile."""
+    import meanwhile. The allocator settings go first: Beam's import allocates through them."""
+    from tokenmill.memory import tame_allocators
+
+    tame_allocators()
     blocked = [m for m in OPTIONAL if m not in sys.modules]
     for m in blocked:
         sys.modules[m] = None  # type: ignore[assignment]

@@ -101,7 +101,7 @@ def text_bpb(model, tokenizer_json: str, eos_id: int, texts: list[str], seq_len:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(tokenizer_json)
-    ids = np.fromiter((i for enc in tok.encode_batch(texts, add_special_tokens=False) for i in (eos_id, *enc.ids)),
+    ids = np.fromiter((i for enc in tok.encode_batch_fast(texts, add_special_tokens=False) for i in (eos_id, *enc.ids)),
                       dtype=np.int64)
     full, rest = stream_windows(ids, seq_len)
     chunks = [full[k:k + batch_size] for k in range(0, len(full), batch_size)] + ([rest[None]] if rest is not None else [])

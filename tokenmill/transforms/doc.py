@@ -158,27 +158,42 @@ def to_row(doc: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
 class DocsFile:
     """One docs Parquet file (zstd), streamed: rows are buffered up to ``row_group_bytes`` of
     text and written as a row group, so memory is one row group whatever the file's size.
-    Written under a temporary name and renamed on ``close``."""
+    Written under a temporary name and renamed on ``close``.
 
-    def __init__(self, path: str, schema: pa.Schema, row_group_bytes: int = 8 << 20):
+    Rows wait as Arrow record batches of ``batch_rows``, not as Python dicts: a row group's
+    texts held as Python strings for seconds fragmented the worker's heap (a 60k-page run's
+    peak RSS fell ~100 MB with the same row groups held in Arrow, bench/scaling.py)."""
+
+    def __init__(self, path: str, schema: pa.Schema, row_group_bytes: int = 8 << 20, batch_rows: int = 256):
         from tokenmill.transforms.tempfile import TempFile
 
         self._file = TempFile(path)
         self._writer = pq.ParquetWriter(self._file.fh, schema, compression="zstd")
-        self._schema, self._limit = schema, row_group_bytes
+        self._schema, self._limit, self._batch_rows = schema, row_group_bytes, batch_rows
         self._rows: list[dict[str, Any]] = []
+        self._batches: list[pa.RecordBatch] = []
         self._bytes = 0
 
     def add(self, doc: dict[str, Any]) -> None:
         self._rows.append(to_row(doc, self._schema))
         self._bytes += len(doc.get("text") or "") + 200
+        if len(self._rows) >= self._batch_rows:
+            self._to_arrow()
         if self._bytes >= self._limit:
             self._flush()
 
-    def _flush(self) -> None:
+    def _to_arrow(self) -> None:
         if self._rows:
-            self._writer.write_table(pa.Table.from_pylist(self._rows, schema=self._schema))
-        self._rows, self._bytes = [], 0
+            self._batches.append(pa.RecordBatch.from_pylist(self._rows, schema=self._schema))
+            self._rows = []
+
+    def _flush(self) -> None:
+        self._to_arrow()
+        if self._batches:
+            # One chunk per column: page boundaries then depend on the rows alone, not on batching.
+            table = pa.Table.from_batches(self._batches, schema=self._schema).combine_chunks()
+            self._writer.write_table(table, row_group_size=table.num_rows)
+        self._batches, self._bytes = [], 0
 
     def abandon(self) -> None:
         with contextlib.suppress(Exception):  # its footer goes to a file about to be deleted
