@@ -79,3 +79,26 @@ def test_stash_sends_refs_per_bucket_not_a_record_per_document(tmp_path):
     assert 1 <= len(refs) <= 4 and all(isinstance(r, SpillRef) for _, r in refs)
     locs = list(Unspilled(r for _, r in refs))
     assert sorted(loc.id for loc in locs) == sorted(f"d{i}" for i in range(500))
+
+
+def test_verdicts_reach_their_buckets_as_refs(tmp_path):
+    """Dedup's verdicts go to the finish phase the way locators do: per bundle, one ref per
+    bucket, each holding exactly the verdicts of the documents in that bucket."""
+    import functools
+
+    from tokenmill.pipelines.phases import verdict_bucket
+    from tokenmill.transforms.buckets import bucket_of
+    from tokenmill.transforms.dedup import Verdict
+    from tokenmill.transforms.dedup.survivor import node_id, node_key
+    from tokenmill.transforms.doc import new_doc
+    from tokenmill.transforms.spill import SpillFn
+
+    keys = [node_key(new_doc(f"d{i}", "test", text="x" * i), bytes(16)) for i in range(300)]
+    verdicts = [Verdict(k, "d0", "dedup:near" if i else None, 3) for i, k in enumerate(keys)]
+    fn = SpillFn(str(tmp_path / "spill"), functools.partial(verdict_bucket, buckets=5, mode="quality"))
+    fn.start_bundle()
+    assert [o for v in verdicts for o in fn.process(v)] == []
+    refs = [wv.value for wv in fn.finish_bundle()]
+    assert len(refs) == 5 and all(isinstance(r, SpillRef) for _, r in refs)
+    for bucket, ref in refs:
+        assert list(Unspilled([ref])) == [v for v in verdicts if bucket_of(node_id(v.key), 5) == bucket]

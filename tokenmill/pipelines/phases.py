@@ -133,10 +133,11 @@ class SampleReader:
             self._reader = None
 
 
-def verdict_for_bucket(v: Verdict, buckets: int, mode: str):
+def verdict_bucket(v: Verdict, buckets: int, mode: str) -> int:
+    """The bucket of the document a verdict is about (its id, from the node key)."""
     from tokenmill.transforms.dedup import node_id
 
-    return bucket_of(node_id(v.key, mode), buckets), v
+    return bucket_of(node_id(v.key, mode), buckets)
 
 
 class ShardOpener:

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+import apache_beam as beam
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.window import GlobalWindows
 
@@ -117,3 +118,21 @@ def emit_refs(spiller: Spiller | None, tag: str | None = None) -> Iterator[Any]:
     for kv in spiller.close():
         wv = GlobalWindows.windowed_value(kv)
         yield TaggedOutput(tag, wv) if tag else wv
+
+
+class SpillFn(beam.DoFn):
+    """Records -> (partition, SpillRef), one per partition a bundle wrote to, for a GroupByKey
+    whose groups are read back with ``Unspilled``. ``partition_of(record)`` names its group."""
+
+    def __init__(self, folder: str, partition_of):
+        self._folder, self._partition_of = folder, partition_of
+
+    def start_bundle(self):
+        self._spiller = Spiller(self._folder)
+
+    def process(self, record):
+        self._spiller.add(self._partition_of(record), record)
+        return ()
+
+    def finish_bundle(self):
+        yield from emit_refs(self._spiller)
