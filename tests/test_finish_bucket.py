@@ -27,10 +27,18 @@ def stash(tmp_path, n: int = 40):
     return locators, docs
 
 
-def run(tmp_path, locators, docs):
+class CountingEncoder(Encoder):
+    """A real encoder that records the characters of each batch it is given."""
+
+    def encode(self, docs):
+        self.batches = getattr(self, "batches", []) + [sum(len(d["text"]) for d in docs)]
+        return super().encode(docs)
+
+
+def run(tmp_path, locators, docs, **kw):
     out = tmp_path / "out"
     tok = train_tokenizer([d["text"] for d in docs], vocab_size=300, min_frequency=1)
-    encoder = Encoder(tok.to_str(), None)
+    encoder = kw.pop("encoder", None) or Encoder(tok.to_str(), None)
     opener = ShardOpener(str(out), 0, 1, encoder, 0.1, 1 << 10)
     schema = docmod.docs_schema()
 
@@ -39,7 +47,7 @@ def run(tmp_path, locators, docs):
 
     reader = CandidateReader()
     try:
-        return out, list(finish_bucket(locators, [], reader, encoder, opener, docs_file, batch_size=7))
+        return out, list(finish_bucket(locators, [], reader, encoder, opener, docs_file, batch_size=7, **kw))
     finally:
         reader.close()
 
@@ -94,3 +102,18 @@ def test_a_remote_bucket_is_read_once_in_file_order(tmp_path):
     via_copy = run(tmp_path / "b", moved, docs)[1]
     assert [(t, d["id"]) for t, d in direct if t != "shards"] == [(t, d["id"]) for t, d in via_copy if t != "shards"]
     assert [m["sha256"] for t, m in direct if t == "shards"] == [m["sha256"] for t, m in via_copy if t == "shards"]
+
+
+def test_batches_end_at_a_character_budget_without_changing_the_output(tmp_path):
+    """tokenize.batch_chars bounds the text in one encode_batch call (the tokenizer's working
+    memory follows it); the documents and shards written are the same."""
+    locators, docs = stash(tmp_path)
+    tok = train_tokenizer([d["text"] for d in docs], vocab_size=300, min_frequency=1)
+    counting = CountingEncoder(tok.to_str(), None)
+    small = run(tmp_path / "small", locators, docs, encoder=counting, batch_chars=1000)[1]
+    whole = run(tmp_path / "whole", locators, docs)[1]
+    doc_len = max(len(d["text"]) for d in docs)  # ~400 characters: 3 to a batch, not batch_size's 7
+    assert max(counting.batches) < 1000 + doc_len and len(counting.batches) >= 40 // 3
+    assert [(t, d["id"], d.get("n_tokens")) for t, d in small if t != "shards"] == \
+        [(t, d["id"], d.get("n_tokens")) for t, d in whole if t != "shards"]
+    assert [m["sha256"] for t, m in small if t == "shards"] == [m["sha256"] for t, m in whole if t == "shards"]

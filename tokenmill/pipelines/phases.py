@@ -162,19 +162,22 @@ def finish_bucket(
     batch_size: int,
     repeats: dict[int, int] | None = None,
     lines: tuple[boilerplate.Sketch, Any] | None = None,
+    batch_chars: int = 1 << 18,
 ) -> Iterator[tuple[str, Any]]:
     """One bucket: its documents in (id, tie) order with dedup's verdicts applied, each written
     to its docs Parquet file (``docs_opener(KEPT | DUPLICATES | FILTERED)`` opens one) and given
     back as (that name, doc); survivors tokenized in batches and, with a ``shard_opener``,
     streamed into the bucket's shards, whose manifest entries come last as (SHARDS, meta).
     ``repeats`` (dedup.keep=rehydrate): a cluster's survivor goes into its shard that many
-    times by the cluster's size (survivor.rehydrated). ``lines`` (sketch, BoilerplateConfig):
+    times by the cluster's size (survivor.rehydrated). A batch ends at ``batch_size`` documents
+    or ``batch_chars`` characters, whichever comes first. ``lines`` (sketch, BoilerplateConfig):
     survivors lose their boilerplate lines first; one left with no text is filtered as
     ``boilerplate:empty``."""
     book = VerdictBook(verdicts)
     files: dict[str, Any] = {}
     shards: dict[str, ShardFile] = {}
     batch: list[dict] = []
+    batch_text = 0
 
     def write(branch: str, doc: dict) -> tuple[str, dict]:
         if branch not in files:
@@ -183,6 +186,8 @@ def finish_bucket(
         return branch, doc
 
     def flush():
+        nonlocal batch_text
+        batch_text = 0
         ids_list = encoder.encode(batch) if encoder else [None] * len(batch)
         for d, ids in zip(batch, ids_list):
             if ids is not None and shard_opener is not None:
@@ -217,7 +222,8 @@ def finish_bucket(
                     yield write(FILTERED, doc)
                     continue
             batch.append(doc)
-            if len(batch) >= batch_size:
+            batch_text += len(doc["text"])
+            if len(batch) >= batch_size or batch_text >= batch_chars:
                 yield from flush()
         if batch:
             yield from flush()
@@ -272,7 +278,8 @@ class FinishFn(beam.DoFn):
             for tag, value in finish_bucket(locators, verdicts,
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
                                             d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
-                                            (sketch, self._cfg.boilerplate) if sketch is not None else None):
+                                            (sketch, self._cfg.boilerplate) if sketch is not None else None,
+                                            self._cfg.tokenize.batch_chars):
                 if tag == SHARDS:
                     yield TaggedOutput(tag, value)
                     continue
