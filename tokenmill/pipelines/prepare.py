@@ -193,7 +193,7 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
     """Run the job into a stage folder and publish it when it succeeds; returns report.json's path.
     ``display``: draws the live progress line while the pipeline runs (local runners only).
     ``graph`` and ``scan``: another job's graph (same arguments as ``build``) and its inputs,
-    already checked (refilter)."""
+    already checked (refilter); ``scan.files`` is emptied once the graph is built."""
     scan = scan if scan is not None else check_job(cfg)
     graph = graph or build
     options, runner = launch.beam_options(beam_args)
@@ -207,6 +207,9 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
         try:
             with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
                 graph(p, cfg, scan, stage, progress_to)
+                # The graph holds what it needs (read tasks over inputs.jsonl, the bucket count);
+                # the file list, ~17 MB at 60k files, is not kept in the launcher for the run.
+                scan.files.clear()
         except (UserError, KeyboardInterrupt):
             output.discard(stage)
             raise
