@@ -25,8 +25,8 @@ one process is not the job's peak. Two numbers are reported:
   peak RSS of the largest single process in the waited-for tree (exact, kernel-accounted,
   but not a sum).
 
-The ratio line compares the largest size to the smallest (goal at 20k/5k: time <= 4.4x,
-tree RSS <= 1.2x).
+The ratio line compares the largest size to the smallest: time at most 1.1x per page (issue
+#8), tree RSS at most 1.25x (issue #15's goal at 60k/5k; #8 asked 1.2x at 20k/5k).
 
     python bench/scaling.py [--sizes 5000,10000,20000] [--mode multi_processing|in_memory]
                             [--set section.key=value ...] [--keep]
@@ -252,11 +252,11 @@ def main() -> int:
         t_x = b["wall_s"] / a["wall_s"]
         m_x = b["tree_mb"] / a["tree_mb"] if a["tree_mb"] else float("nan")
         m1_x = b["max1_mb"] / a["max1_mb"] if a["max1_mb"] else float("nan")
-        # Goals stated for 20k/5k (4x pages): time <= 4.4x (1.1x per-page), RSS <= 1.2x.
-        t_goal = 1.1 * size_x
+        # Goals: time <= 1.1x per page (#8); tree RSS <= 1.25x (#15, 60k/5k).
+        t_goal, m_goal = 1.1 * size_x, 1.25
         print(f"\n{b['pages']}/{a['pages']} ({size_x:.1f}x pages): time {t_x:.2f}x (goal <= {t_goal:.1f}x "
-              f"{'ok' if t_x <= t_goal else 'MISSED'}), tree RSS {m_x:.2f}x (goal <= 1.2x "
-              f"{'ok' if m_x <= 1.2 else 'MISSED'}), max1 RSS {m1_x:.2f}x")
+              f"{'ok' if t_x <= t_goal else 'MISSED'}), tree RSS {m_x:.2f}x (goal <= {m_goal}x "
+              f"{'ok' if m_x <= m_goal else 'MISSED'}), max1 RSS {m1_x:.2f}x")
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

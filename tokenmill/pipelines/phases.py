@@ -18,6 +18,7 @@ from apache_beam.pvalue import TaggedOutput
 
 from tokenmill.config import JobConfig
 from tokenmill.format import shard_schema, split_of
+from tokenmill.memory import give_back
 from tokenmill.transforms import boilerplate
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import (
@@ -198,6 +199,7 @@ def finish_bucket(
                     shards[split].add(d["id"], ids)
         out = [write(KEPT, d) for d in batch]
         batch.clear()
+        give_back()
         return out
 
     try:
