@@ -54,7 +54,7 @@ def choose_arrow_pool() -> None:
     ARROW_DEFAULT_MEMORY_POOL names when it first allocates; ``pa.set_memory_pool`` changes only
     pyarrow's own default. Left to mimalloc, those buffers kept freed pages (and a 1 GiB arena)
     for reuse: with the variable set from the start, a 60k-page run's peak tree RSS was ~90 MB
-    lower (1,174-1,196 MB against 1,264-1,293 MB, bench/scaling.py).
+    lower (1,174-1,196 MB against 1,264-1,293 MB; prepare, quality off).
     """
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
@@ -71,8 +71,8 @@ def use_system_arrow_pool() -> None:
 
 def give_back() -> None:
     """Returns the free pages of every malloc arena to the OS (glibc's ``malloc_trim``; a no-op
-    elsewhere). Called between the finish phase's encode batches: their blocks are freed in the
-    tokenizer's threads' arenas, which the next batch may not reuse."""
+    elsewhere). Called between the finish phase's encode batches (every few MB of text): their
+    blocks are freed in the tokenizer's threads' arenas, which the next batch may not reuse."""
     global _trim
     if _trim is None:
         try:
