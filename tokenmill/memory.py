@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 # glibc mallopt parameters (malloc.h).
@@ -18,6 +19,16 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc's own defaults, made fixed: see limit_heap_retention.
 _THRESHOLD = 128 * 1024
+
+
+@functools.cache
+def _glibc():
+    """The C library when it is glibc (only glibc answers CS_GNU_LIBC_VERSION), else None."""
+    try:
+        os.confstr("CS_GNU_LIBC_VERSION")
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def limit_heap_retention() -> bool:
@@ -37,11 +48,10 @@ def limit_heap_retention() -> bool:
     if (env.get("TOKENMILL_MALLOC_DEFAULTS") == "1" or any(k.startswith("MALLOC_") for k in env)
             or "glibc.malloc." in env.get("GLIBC_TUNABLES", "")):
         return False
-    try:
-        os.confstr("CS_GNU_LIBC_VERSION")  # only glibc answers this
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, ValueError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _THRESHOLD))
 
@@ -63,9 +73,9 @@ def use_system_arrow_pool() -> None:
     """The same where pyarrow may be loaded already (a cluster's worker imports Beam first):
     pyarrow's default pool now, and the C++ one in the processes this one starts."""
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") is None:
+        choose_arrow_pool()  # before pyarrow's import: in time for its C++ pool if not loaded yet
         import pyarrow as pa
 
-        choose_arrow_pool()
         pa.set_memory_pool(pa.system_memory_pool())
 
 
@@ -73,18 +83,9 @@ def give_back() -> None:
     """Returns the free pages of every malloc arena to the OS (glibc's ``malloc_trim``; a no-op
     elsewhere). Called between the finish phase's encode batches (every few MB of text): their
     blocks are freed in the tokenizer's threads' arenas, which the next batch may not reuse."""
-    global _trim
-    if _trim is None:
-        try:
-            os.confstr("CS_GNU_LIBC_VERSION")
-            _trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-        except (OSError, ValueError, AttributeError):
-            _trim = False
-    if _trim:
-        _trim(0)
-
-
-_trim = None
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def tame_allocators() -> None:

@@ -50,9 +50,6 @@ def main() -> None:
         from tokenmill.pipelines import warm
 
         srv = warm.listen(sys.argv[2])
-    from tokenmill.memory import choose_arrow_pool
-
-    choose_arrow_pool()  # before pyarrow loads (the launcher's environment has it already)
     # Before Beam's imports: one of them logs a warning on the root logger, which would give it
     # a handler printing everything Beam logs at INFO.
     handler = logging.StreamHandler(os.fdopen(os.dup(2), "w", buffering=1))
