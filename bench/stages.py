@@ -15,7 +15,7 @@ speed on the same documents. For every stage this script times, on the same docu
             + ``MinHashLSH`` (tokenmill's bands x rows) query + insert per document; and, for
             reference, the stage's whole job in memory (exact groups, verified candidates,
             union-find, verdicts) with datasketch doing MinHash and LSH
-  tokenize  ``Tokenizer.encode_batch`` in batches of ``tokenize.batch_size``
+  tokenize  ``Tokenizer.encode_batch_fast`` (what the stage calls) in batches of ``tokenize.batch_size``
   ========  ==========================================================================
 
 - Beam: pipeline A = ``read docs | stage | Count.Globally()`` and pipeline B = the same
@@ -68,7 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Not a parallel benchmark: encode_batch would otherwise spread over every core, while the
+# Not a parallel benchmark: encode_batch_fast would otherwise spread over every core, while the
 # comparison is one core (bare loop) vs one Beam worker. Set before tokenizers is imported.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -311,7 +311,7 @@ class EncodeFn(beam.DoFn):
 
 def bare_tokenize(texts, tok, batch_size: int) -> None:
     for i in range(0, len(texts), batch_size):
-        tok.encode_batch(texts[i:i + batch_size], add_special_tokens=False)
+        tok.encode_batch_fast(texts[i:i + batch_size], add_special_tokens=False)
 
 
 # ---------------------------------------------------------------- timing
@@ -424,7 +424,7 @@ def make_cases(inp: Inputs, cfg: JobConfig, model, tok, tok_json: str, wanted: l
                            | beam.BatchElements(min_batch_size=bs, max_batch_size=bs)
                            | beam.ParDo(EncodeFn(cfg.tokenize.eos_token),
                                         tok_json=beam.pvalue.AsSingleton(p | "TokJson" >> beam.Create([tok_json])))),
-            [("encode_batch", lambda: bare_tokenize(texts(inp.redacted), tok, bs))]),
+            [("encode_batch_fast", lambda: bare_tokenize(texts(inp.redacted), tok, bs))]),
     }
     return [cases[s] for s in wanted]
 

@@ -80,3 +80,28 @@ def test_give_back_returns_freed_pages_that_a_live_block_pins():
     t.start()
     t.join()
     assert result["freed"] > 50
+
+
+def test_give_back_keeps_within_its_share_of_the_time(monkeypatch):
+    """After a call that took t seconds the next waits t / share: a costly trim (a big,
+    fragmented heap) comes rarely, a cheap one as often as asked."""
+    calls = []
+    monkeypatch.setattr(memory, "give_back", lambda: calls.append(now[0]))
+    now = [100.0]
+
+    def clock():
+        return now[0]
+
+    gb = memory.GiveBack(share=0.05, clock=clock)
+    assert gb()  # the first call always gives back
+    # It took no time on this clock: the next is due at once.
+    assert gb()
+    # A call that takes 0.03 s: the next is due 0.6 s after it ended.
+    monkeypatch.setattr(memory, "give_back", lambda: (calls.append(now[0]), now.__setitem__(0, now[0] + 0.03)))
+    assert gb()
+    ended = now[0]
+    now[0] = ended + 0.59
+    assert not gb()
+    now[0] = ended + 0.61
+    assert gb()
+    assert len(calls) == 4

@@ -32,6 +32,7 @@ from tokenmill.transforms.readers import InputScan, plan_task, scan_inputs, writ
 from tokenmill.transforms.readers.stage import ReadFn
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.spill import SpillFn
+from tokenmill.transforms.stage import CombineOnce
 from tokenmill.transforms.stages import enabled as stages_enabled
 
 INPUT_LIST = "inputs.jsonl"
@@ -149,7 +150,7 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
             dedup_stats = p | "NoDedupStats" >> beam.Create([None])
         _ = (
             finished.docs
-            | "Count" >> beam.CombineGlobally(ReportFn(cfg.report.samples_per_reason))
+            | "Count" >> CombineOnce(ReportFn(cfg.report.samples_per_reason))
             | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra,
                                         dedup=beam.pvalue.AsSingleton(dedup_stats))
         )

@@ -82,3 +82,42 @@ class Stage:
     # The columns it sets that the report shows: a kept-vs-dropped histogram (low, high, bins,
     # log10 scale), or None for a value shown with each sample document only.
     report: dict[str, tuple | None] = field(default_factory=dict)
+
+
+class _OrEmpty(beam.CombineFn):
+    """The one combined value among None seeds, else ``fn``'s output for no inputs."""
+
+    def __init__(self, fn: beam.CombineFn):
+        self._fn = fn
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, acc, value):
+        return acc if value is None else value
+
+    def merge_accumulators(self, accs):
+        return next((a for a in accs if a is not None), None)
+
+    def extract_output(self, acc):
+        return self._fn.apply([]) if acc is None else acc
+
+
+class CombineOnce(beam.PTransform):
+    """``CombineGlobally(fn)``: exactly one output, also for an empty input (``fn``'s output for
+    no inputs; ``fn`` never outputs None). CombineGlobally's own default reads the output
+    through a side input, which kept it decoded in a worker and encoded in the runner until the
+    job's end (the tokenizer sample: ~10 MB at 60k pages). Here the output (or nothing) meets a
+    None seed in a second, tiny combine instead. The seed joins after the first combine, which
+    stays lifted into its producer's stage: flattened before it, the inputs themselves (the
+    report's documents) would wait in the runner."""
+
+    def __init__(self, fn: beam.CombineFn, label: str | None = None):
+        super().__init__(label)
+        self._fn = fn
+
+    def expand(self, pcoll):
+        combined = pcoll | "Combine" >> beam.CombineGlobally(self._fn).without_defaults()
+        seed = pcoll.pipeline | "Seed" >> beam.Create([None])
+        return ((combined, seed) | "WithSeed" >> beam.Flatten()
+                | "OrEmpty" >> beam.CombineGlobally(_OrEmpty(self._fn)).without_defaults())

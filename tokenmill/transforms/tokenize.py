@@ -16,7 +16,7 @@ import apache_beam as beam
 import numpy as np
 
 from tokenmill.errors import UserError, first_line
-from tokenmill.transforms.stage import count
+from tokenmill.transforms.stage import CombineOnce, count
 
 EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
 # Common EOS spellings, tried in order when a user's tokenizer is loaded and none is named.
@@ -139,8 +139,9 @@ def encode_texts(tok, texts: list[str], eos_id: int, dtype: np.dtype) -> list[np
     encs = tok.encode_batch_fast(texts, add_special_tokens=False)
     out = []
     for e in encs:
-        ids = np.empty(len(e.ids) + 1, dtype=dtype)
-        ids[:-1] = e.ids
+        tokens = e.ids  # a new Python list at each access
+        ids = np.empty(len(tokens) + 1, dtype=dtype)
+        ids[:-1] = tokens
         ids[-1] = eos_id
         out.append(ids)
     return out
@@ -257,7 +258,7 @@ class TrainOnSample(beam.PTransform):
     def expand(self, samples):
         return (
             samples
-            | "Sample" >> beam.CombineGlobally(SampleFn(self.n_docs, self.n_chars))
+            | "Sample" >> CombineOnce(SampleFn(self.n_docs, self.n_chars))
             | "Train" >> beam.Map(self._train)
         )
 

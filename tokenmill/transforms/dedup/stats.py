@@ -6,6 +6,7 @@ import apache_beam as beam
 
 from tokenmill.config import DedupConfig
 from tokenmill.transforms.dedup.survivor import EXACT, NEAR, Verdict, node_id
+from tokenmill.transforms.stage import CombineOnce
 
 
 def size_bucket(n: int) -> str:
@@ -128,5 +129,5 @@ def cluster_stats(verdicts, cfg: DedupConfig | None = None, *, label: str = "Ded
         | f"{label}Key" >> beam.Map(member)
         | f"{label}PerCluster" >> beam.CombinePerKey(_ClusterFn(cfg.stats_member_ids))
         | f"{label}Summary" >> beam.Map(_cluster_summary)
-        | f"{label}Global" >> beam.CombineGlobally(_StatsFn(cfg.stats_top_clusters))
+        | f"{label}Global" >> CombineOnce(_StatsFn(cfg.stats_top_clusters))
     )
