@@ -42,3 +42,25 @@ def _side_inputs(transform) -> bool:
 
     payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
     return bool(payload.side_inputs)
+
+
+def test_the_combined_value_survives_any_merge_of_seeds():
+    from tokenmill.transforms.stage import _OrEmpty
+
+    fn = _OrEmpty(beam.combiners.CountCombineFn())
+    seeded = fn.add_input(fn.create_accumulator(), None)
+    valued = fn.add_input(fn.create_accumulator(), 7)
+    assert fn.extract_output(fn.merge_accumulators([seeded, valued, seeded])) == 7
+    assert fn.extract_output(fn.merge_accumulators([seeded, seeded])) == 0  # CountCombineFn's own empty output
+
+
+def test_the_inputs_reach_the_first_combine_unflattened():
+    """Flattened with the seed before combining, the inputs (the report's documents) would wait
+    in the runner's Flatten buffer instead of being combined where they are made."""
+    p = beam.Pipeline("FnApiRunner")
+    docs = p | "Docs" >> beam.Create([1, 2])
+    _ = docs | "Once" >> CombineOnce(beam.combiners.CountCombineFn())
+    transforms = p.to_runner_api().components.transforms.values()
+    combine = next(t for t in transforms if t.unique_name == "Once/Combine")
+    docs_pcoll = next(iter(next(t for t in transforms if t.unique_name == "Docs").outputs.values()))
+    assert list(combine.inputs.values()) == [docs_pcoll]

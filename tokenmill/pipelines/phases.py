@@ -164,6 +164,7 @@ def finish_bucket(
     repeats: dict[int, int] | None = None,
     lines: tuple[boilerplate.Sketch, Any] | None = None,
     batch_chars: int = 1 << 18,
+    give_back: GiveBack | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """One bucket: its documents in (id, tie) order with dedup's verdicts applied, each written
     to its docs Parquet file (``docs_opener(KEPT | DUPLICATES | FILTERED)`` opens one) and given
@@ -173,7 +174,8 @@ def finish_bucket(
     times by the cluster's size (survivor.rehydrated). A batch ends at ``batch_size`` documents
     or ``batch_chars`` characters, whichever comes first. ``lines`` (sketch, BoilerplateConfig):
     survivors lose their boilerplate lines first; one left with no text is filtered as
-    ``boilerplate:empty``."""
+    ``boilerplate:empty``. ``give_back`` (one per worker, shared by its buckets; a new one by
+    default) returns freed pages to the OS at the start and between batches."""
     book = VerdictBook(verdicts)
     files: dict[str, Any] = {}
     shards: dict[str, ShardFile] = {}
@@ -181,7 +183,7 @@ def finish_bucket(
     batch_text = 0
     # Freed pages go back to the OS now (what the decide phase left: 12-42 MB per worker at 60k
     # pages) and between encode batches, within 5% of the time.
-    give_back = GiveBack()
+    give_back = give_back or GiveBack()
     give_back()
 
     def write(branch: str, doc: dict) -> tuple[str, dict]:
@@ -253,6 +255,9 @@ class FinishFn(beam.DoFn):
         self._progress_folder = progress
         self._encoder: Encoder | None = None
 
+    def setup(self):
+        self._give_back = GiveBack()  # its 5% share holds for the worker, whatever the bucket count
+
     def _encoder_for(self, tok_json: str | None) -> Encoder | None:
         # Built once per worker: the side input is the same str object bundle after bundle.
         if tok_json is None:
@@ -285,7 +290,7 @@ class FinishFn(beam.DoFn):
                                             reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
                                             d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
                                             (sketch, self._cfg.boilerplate) if sketch is not None else None,
-                                            self._cfg.tokenize.batch_chars):
+                                            self._cfg.tokenize.batch_chars, self._give_back):
                 if tag == SHARDS:
                     yield TaggedOutput(tag, value)
                     continue

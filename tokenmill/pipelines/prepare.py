@@ -125,7 +125,7 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
     side = {}
     if cfg.boilerplate.enabled:  # a fixed-size sketch of every document's lines, for the finish phase
         side["sketch"] = beam.pvalue.AsSingleton(
-            stashed[phases.LINES] | "LineSketch" >> beam.CombineGlobally(SketchFn(cfg.boilerplate.sketch_bits)))
+            stashed[phases.LINES] | "LineSketch" >> CombineOnce(SketchFn(cfg.boilerplate.sketch_bits)))
         stages.append("boilerplate")
         extra_fields.append(pa.field("boilerplate_chars", pa.int32()))
     if t.enabled:

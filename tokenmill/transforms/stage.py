@@ -90,6 +90,12 @@ class _OrEmpty(beam.CombineFn):
     def __init__(self, fn: beam.CombineFn):
         self._fn = fn
 
+    def setup(self, *args, **kwargs):
+        self._fn.setup(*args, **kwargs)
+
+    def teardown(self, *args, **kwargs):
+        self._fn.teardown(*args, **kwargs)
+
     def create_accumulator(self):
         return None
 
@@ -107,10 +113,11 @@ class CombineOnce(beam.PTransform):
     """``CombineGlobally(fn)``: exactly one output, also for an empty input (``fn``'s output for
     no inputs; ``fn`` never outputs None). CombineGlobally's own default reads the output
     through a side input, which kept it decoded in a worker and encoded in the runner until the
-    job's end (the tokenizer sample: ~10 MB at 60k pages). Here the output (or nothing) meets a
-    None seed in a second, tiny combine instead. The seed joins after the first combine, which
-    stays lifted into its producer's stage: flattened before it, the inputs themselves (the
-    report's documents) would wait in the runner."""
+    job's end (the tokenizer sample: ~10 MB at 60k pages; the boilerplate sketch: 64 MB). Here
+    the output (or nothing) meets a None seed in a second combine, over at most two elements.
+    The seed joins after the first combine, which stays lifted into its producer's stage:
+    flattened before it, the inputs themselves (the report's documents) would wait in the
+    runner."""
 
     def __init__(self, fn: beam.CombineFn, label: str | None = None):
         super().__init__(label)
