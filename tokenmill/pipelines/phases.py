@@ -31,7 +31,7 @@ from tokenmill.transforms.buckets import (
     pack,
     unpack,
 )
-from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, rehydrated
+from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, node_id, rehydrated
 from tokenmill.transforms.progress import reporter
 from tokenmill.transforms.shards import ShardFile
 from tokenmill.transforms.spill import Spiller, Unspilled, emit_refs
@@ -136,8 +136,6 @@ class SampleReader:
 
 def verdict_bucket(v: Verdict, buckets: int, mode: str) -> int:
     """The bucket of the document a verdict is about (its id, from the node key)."""
-    from tokenmill.transforms.dedup import node_id
-
     return bucket_of(node_id(v.key, mode), buckets)
 
 
