@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from dedup_helpers import _doc, _edit, _kept, _text, _vocab, run_dedup
 
 from tokenmill.config import DedupConfig
-from tokenmill.transforms.dedup import Limits, MinHasher, Recorder, exact_jaccard, jaccard_estimate, shingles
+from tokenmill.transforms.dedup import (
+    Edges,
+    Limits,
+    MinHasher,
+    Recorder,
+    attach_signature,
+    edge_blobs,
+    exact_jaccard,
+    jaccard_estimate,
+    shingles,
+    signature_blobs,
+)
+from tokenmill.transforms.dedup.stage import _AttachSignature
+from tokenmill.transforms.spill import SpillRef, read_spill
 
 # --------------------------------------------------------------------------- Dedup end to end
 
@@ -206,6 +220,32 @@ def test_many_groups_same_result(corpus_result, tmp_path, records, join_nodes, b
     # With no rounds at all, the residual union-find alone must finish the same components.
     bare, _ = run_dedup(docs, DedupConfig(max_rounds=0), tmp_path, "rounds0", limits)
     assert bare == by_id
+
+
+def test_join_blobs_cross_as_spill_refs(tmp_path):
+    """Join 1's output, bound for join 2's GroupByKey, is one (group, SpillRef) per group it
+    wrote to, sent when the bundle ends: its blobs carry signatures, and a runner holds what
+    waits for a GroupByKey. Read back, the refs give what attach_signature gives."""
+    rng = np.random.default_rng(0)
+    keys = sorted(f"node{i:03d}".encode() for i in range(40))
+    sigs = [rng.integers(0, 4, 112, dtype="<u4").tobytes() for _ in keys]
+    edges = Edges.from_pairs([(keys[i], keys[j]) for i in range(40) for j in range(i + 1, 40) if (i + j) % 3 == 0])
+    limits = Limits(join_nodes=16, edge_blob=50)
+    partitions = limits.join_partitions(len(keys))
+    assert partitions == 3
+    fn = _AttachSignature(112, 0.5, limits, str(tmp_path / "spill"))
+    fn.setup()
+    fn.start_bundle()
+    direct = []
+    for q in range(partitions):
+        blobs = [b for g, b in [*signature_blobs(keys, sigs, partitions), *edge_blobs(edges, partitions, 50)] if g == q]
+        assert list(fn.process((q, blobs), len(keys))) == []
+        direct += attach_signature(blobs, 112, partitions, limits.edge_blob)
+    refs = [wv.value for wv in fn.finish_bundle()]
+    assert refs and all(isinstance(ref, SpillRef) for _, ref in refs)
+    assert len({q for q, _ in refs}) == len(refs) == partitions
+    assert sorted((q, b) for q, ref in refs for b in read_spill(ref)) == sorted(direct)
+    assert sum(len(b.b) for _, b in direct) // 16 == len(edges)  # every edge, once
 
 
 def test_variants(tmp_path):

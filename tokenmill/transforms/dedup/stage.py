@@ -12,8 +12,8 @@
 5. Survivor: the component minimum is the survivor (survivor.node_key); the join by ``h`` gives
    every member of a cluster its ``Verdict``.
 
-Only keys, edges, verdicts and refs to spilled signatures and band keys (spill) move: never a
-document.
+Only keys, edges, verdicts and refs to spilled signatures, band keys and join blobs (spill)
+move: never a document.
 """
 
 from __future__ import annotations
@@ -127,13 +127,31 @@ class _BandBlobs(beam.DoFn):
 class _EdgeSink(beam.DoFn):
     """Where edges are known to be kept: a group that saw every edge labels the nodes itself
     ('labels', ready for the final join) and the components get nothing to do; any other group
-    hands its edges on to the components as a star forest."""
+    hands its edges on to the components as a star forest. Blobs bound for a verification join
+    go through the bundle's spill file (``_to_join``): join 2's carry first ends' signatures, and
+    held in the runner's group buffers they had tripled its memory at 60k pages and 8 LSH
+    partitions (issue #15)."""
 
     LABELS = "labels"
+
+    def __init__(self, folder: str):
+        self._folder = folder
 
     def setup(self):
         self._kept = Metrics.counter(NS, "verify_kept_edges")
         self._rejected = Metrics.counter(NS, "verify_rejected_edges")
+
+    def start_bundle(self):
+        self._spill = None
+
+    def _to_join(self, blobs) -> None:
+        for q, blob in blobs:
+            if self._spill is None:
+                self._spill = Spiller(self._folder)
+            self._spill.add(q, blob)
+
+    def finish_bundle(self):
+        yield from emit_refs(self._spill)
 
     def _emit(self, kept: Edges | list[tuple[bytes, bytes]], whole: bool):
         if whole:
@@ -154,7 +172,8 @@ class _BucketEdges(_EdgeSink):
     (the signatures came along), else sent to the joins as handle pairs by home(a); unverified,
     they go on as they are."""
 
-    def __init__(self, cfg: DedupConfig, limits: Limits):
+    def __init__(self, cfg: DedupConfig, limits: Limits, folder: str):
+        super().__init__(folder)
         self._limits = limits
         self._max = cfg.bucket_all_pairs_max
         self._verify = cfg.verify
@@ -179,13 +198,14 @@ class _BucketEdges(_EdgeSink):
         elif whole:
             yield from self._verified(*verify.verify_local(blobs, edges, self._num_perm, self._threshold), True)
         else:
-            yield from verify.edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob)
+            self._to_join(verify.edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob))
 
 
 class _JoinSink(_EdgeSink):
     """A verification join's group: signatures of ``num_perm`` values, edges kept at ``threshold``."""
 
-    def __init__(self, num_perm: int, threshold: float, limits: Limits):
+    def __init__(self, num_perm: int, threshold: float, limits: Limits, folder: str):
+        super().__init__(folder)
         self._num_perm = num_perm
         self._threshold = threshold
         self._limits = limits
@@ -199,7 +219,7 @@ class _AttachSignature(_JoinSink):
         if partitions == 1:
             yield from self._verified(*verify.verify_in_group(Unspilled(kv[1]), self._num_perm, self._threshold), True)
         else:
-            yield from verify.attach_signature(Unspilled(kv[1]), self._num_perm, partitions, self._limits.edge_blob)
+            self._to_join(verify.attach_signature(Unspilled(kv[1]), self._num_perm, partitions, self._limits.edge_blob))
 
 
 class _VerifyEdges(_JoinSink):
@@ -300,7 +320,7 @@ class Dedup(beam.PTransform):
                 blobs.bands
                 | "Buckets" >> beam.GroupByKey()
                 | "BucketEdges"
-                >> beam.ParDo(_BucketEdges(cfg, limits), n_nodes)
+                >> beam.ParDo(_BucketEdges(cfg, limits, self._tmp), n_nodes)
                 .with_output_types(tuple[Any, Any])
                 .with_outputs(_EdgeSink.LABELS, main="edges")
             )
@@ -313,7 +333,7 @@ class Dedup(beam.PTransform):
                     return ((blobs.sigs, edges)
                             | f"{group}Flatten" >> beam.Flatten()
                             | f"{group}Group" >> beam.GroupByKey()
-                            | step >> beam.ParDo(fn(num_perm, cfg.verify_threshold, limits), n_nodes)
+                            | step >> beam.ParDo(fn(num_perm, cfg.verify_threshold, limits, self._tmp), n_nodes)
                             .with_output_types(tuple[Any, Any])
                             .with_outputs(_EdgeSink.LABELS, main="edges"))
 
