@@ -40,7 +40,7 @@ def _doc(id: str, text: str, **extra) -> dict:
 
 
 def run_dedup(
-    docs: list[dict], cfg: DedupConfig, tmp_path, name: str = "out", limits: Limits = Limits()
+    docs: list[dict], cfg: DedupConfig, tmp_path, name: str = "out", limits: Limits = Limits(), groups: int = 1
 ) -> tuple[dict[str, dict], dict]:
     """Docs -> their nodes (as the clean phase makes them) -> Dedup + cluster_stats on Beam ->
     the verdicts applied as the finish phase applies them; returns (id -> doc, stats). Ids must
@@ -49,7 +49,7 @@ def run_dedup(
     recorder = Recorder(cfg)
     nodes = [recorder(d) for d in docs]
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
-        verdicts = p | beam.Create([n for n in nodes if n is not None], reshuffle=False) | Dedup(cfg, limits, tmp=str(out_dir / "spill"))
+        verdicts = p | beam.Create([n for n in nodes if n is not None], reshuffle=False) | Dedup(cfg, limits, tmp=str(out_dir / "spill"), groups=groups)
         _ = (verdicts
              | "J" >> beam.Map(lambda v: json.dumps([v.key.hex(), v.cluster, v.reason, v.size]))
              | "W" >> beam.io.WriteToText(str(out_dir / "verdicts")))

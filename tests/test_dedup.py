@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from tokenmill.config import DedupConfig, JobConfig
 from tokenmill.transforms.dedup import (
+    EXACT,
+    NEAR,
     ConnectedComponents,
     Edges,
     Limits,
@@ -29,13 +31,16 @@ from tokenmill.transforms.dedup import (
     exact_hash,
     exact_jaccard,
     exact_reps,
+    exact_verdicts,
     jaccard_estimate,
+    node_hash,
     node_id,
     node_key,
     normalise_exact,
     shingles,
     signature_blobs,
     size_bucket,
+    sized,
     star_forest,
     tokens,
     union_find_components,
@@ -261,6 +266,34 @@ def test_survivor_order():
     ids = ["a", "a\x00", "a\x00b", "a\x01", "ab", "b"]
     keys = [node_key(_doc(i, "t"), exact_hash("t"), "first_id") for i in ids]
     assert sorted(keys) == keys
+
+
+def test_exact_verdicts_from_mixed_records():
+    """Several exact groups' records in any order (as a spilled join group gives them), read
+    twice: the same verdicts whatever the order."""
+    def key(i, text):
+        return node_key(_doc(i, text), exact_hash(text), "first_id")
+
+    a1, a2, a3 = key("a1", "alpha"), key("a2", "Alpha"), key("a3", "ALPHA ")  # one exact group
+    lone = key("b", "beta")  # no copies, no component: unique, no verdict
+    c = key("c", "gamma")  # in a component whose smallest node is d: a near duplicate...
+    d = key("d", "delta")  # ...and d survives, labelled with itself
+    records = [(node_hash(k), (0, k)) for k in (a3, a1, lone, c, a2, c, d)]
+    records += [(node_hash(c), (2, d)), (node_hash(c), (2, d)), (node_hash(d), (2, d))]
+    want = sorted([
+        (a1, "a1", None), (a2, "a1", EXACT), (a3, "a1", EXACT),
+        (c, "d", NEAR), (c, "d", EXACT),  # a second record with the very same key is a copy
+        (d, "d", None),
+    ])
+    for seed in range(4):
+        random.Random(seed).shuffle(records)
+        got = list(exact_verdicts(records, "first_id"))
+        assert sorted((v.key, v.cluster, v.reason) for v in got) == want
+        assert {v.label for v in got if v.cluster == "d"} == {d}
+        sizes = {(v.key, v.reason): v.size for v in sized(got)}
+        assert sizes[(a2, EXACT)] == 3 and sizes[(c, NEAR)] == 3 and sizes[(d, None)] == 3
+        assert all(v.label == b"" for v in sized(got))
+    assert list(exact_verdicts([], "first_id")) == []
 
 
 def test_union_find_reference_and_sizes():

@@ -217,6 +217,9 @@ def test_many_groups_same_result(corpus_result, tmp_path, records, join_nodes, b
     assert (limits.join_partitions(40) > 1) == (join_nodes == 4)
     again, again_stats = run_dedup(docs, DedupConfig(), tmp_path, limits=limits)
     assert again == by_id and again_stats == stats
+    # The join by h and the count by cluster spread over 7 groups (prepare: its bucket count).
+    spread, spread_stats = run_dedup(docs, DedupConfig(), tmp_path, "groups7", limits, groups=7)
+    assert spread == by_id and spread_stats == stats
     # With no rounds at all, the residual union-find alone must finish the same components.
     bare, _ = run_dedup(docs, DedupConfig(max_rounds=0), tmp_path, "rounds0", limits)
     assert bare == by_id

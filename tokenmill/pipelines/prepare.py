@@ -114,7 +114,7 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
     by_bucket = [stashed.located]
     dedup_stats = None
     if cfg.dedup.enabled:  # decide phase: dedup on the small records, verdicts to their buckets
-        verdicts = stashed[phases.NODES] | "Dedup" >> Dedup(cfg.dedup, tmp=phases.spill_folder(out))
+        verdicts = stashed[phases.NODES] | "Dedup" >> Dedup(cfg.dedup, tmp=phases.spill_folder(out), groups=buckets)
         dedup_stats = cluster_stats(verdicts, cfg.dedup)
         # Spilled by bucket like the locators: a GroupByKey of every verdict held ~40 MB in the
         # runner at 60k pages (decoded, then copied again per worker), growing with the corpus.

@@ -20,11 +20,12 @@ from tokenmill.transforms.dedup.survivor import (
     Verdict,
     VerdictBook,
     choose_survivor,
-    group_verdicts,
+    exact_verdicts,
     node_hash,
     node_id,
     node_key,
     rehydrated,
+    sized,
 )
 from tokenmill.transforms.dedup.text import exact_hash, has_tokens, normalise_exact, shingles, tokens
 from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
@@ -40,8 +41,8 @@ from tokenmill.transforms.dedup.verify import (
 __all__ = [
     "EXACT", "NEAR", "ConnectedComponents", "Dedup", "Edges", "HandleTable", "handles", "Limits", "MinHasher", "Node", "NodesFn", "Recorder", "Verdict",
     "VerdictBook", "attach_signature", "band_blobs", "band_hashes", "bucket_edges", "choose_survivor",
-    "cluster_stats", "edge_blobs", "exact_hash", "exact_jaccard", "exact_reps", "group_verdicts", "has_tokens",
-    "jaccard_estimate", "node_hash", "node_id", "node_key", "normalise_exact", "rehydrated", "shingles", "signature_blobs",
+    "cluster_stats", "edge_blobs", "exact_hash", "exact_jaccard", "exact_reps", "exact_verdicts", "has_tokens",
+    "jaccard_estimate", "node_hash", "node_id", "node_key", "normalise_exact", "rehydrated", "shingles", "signature_blobs", "sized",
     "size_bucket", "star_forest", "takes_part", "tokens", "union_find_components", "verify_edges", "verify_in_group",
     "verify_local",
 ]

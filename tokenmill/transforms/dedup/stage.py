@@ -10,14 +10,17 @@
    one partition, in that partition's group, which then labels the nodes itself.
 4. Connected components (components).
 5. Survivor: the component minimum is the survivor (survivor.node_key); the join by ``h`` gives
-   every member of a cluster its ``Verdict``.
+   every member of a cluster its ``Verdict``, and a count by cluster its cluster's size.
 
-Only keys, edges, verdicts and refs to spilled signatures, band keys and join blobs (spill)
-move: never a document.
+Only keys, edges and refs to spilled records (spill) move: never a document. Per node, only
+refs are grouped (its join record by ``h``, its signature and band keys, its verdict); edges
+and component labels, which only nodes in clusters have, are grouped as they are until the
+join by ``h``.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import apache_beam as beam
@@ -31,9 +34,9 @@ from tokenmill.transforms.dedup.edges import Edges
 from tokenmill.transforms.dedup.limits import Limits
 from tokenmill.transforms.dedup.lsh import band_blobs, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.records import Recorder
-from tokenmill.transforms.dedup.survivor import group_verdicts, node_hash
+from tokenmill.transforms.dedup.survivor import exact_verdicts, node_hash, sized
 from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
-from tokenmill.transforms.spill import Spiller, Unspilled, emit_refs, read_spill
+from tokenmill.transforms.spill import Spiller, SpillFn, Unspilled, emit_refs, read_spill
 
 
 class NodesFn(beam.DoFn):
@@ -55,26 +58,46 @@ class NodesFn(beam.DoFn):
 _LSH = "lsh"
 
 
-class _Prepare(beam.DoFn):
-    """A node -> its join record by h (main, every node); its (key, signature), when it has one,
-    into the bundle's spill file, whose ref goes on ('lsh') when the bundle ends: the nodes wait
-    in files, not in the runner, while they are counted."""
+def join_group(key: bytes, groups: int) -> int:
+    """The group of the join by ``h`` that a node key (or ``h`` itself, or a cluster's label)
+    goes to: its ``h``'s first 8 bytes modulo ``groups``."""
+    return int.from_bytes(node_hash(key)[:8], "little") % groups
 
-    def __init__(self, folder: str):
+
+def _label_group(kv, groups: int) -> int:
+    return join_group(kv[0], groups)
+
+
+def _cluster_group(v, groups: int) -> int:
+    return join_group(v.label, groups)
+
+
+class _Prepare(beam.DoFn):
+    """A node -> its join record by h, (h, (0, key)), and, when it has a signature, its (key,
+    signature), each into the bundle's spill files: the join records by join group (refs on the
+    main output), the signatures as one run ('lsh'), so that the nodes wait in files, not in the
+    runner, while they are counted and grouped."""
+
+    def __init__(self, folder: str, groups: int):
         self._folder = folder
+        self._groups = groups
 
     def start_bundle(self):
-        self._spill = None
+        self._join = self._spill = None
 
     def process(self, node):
         key, sig = node
-        yield node_hash(key), (0, key)
+        if self._join is None:
+            self._join = Spiller(self._folder)
+        h = node_hash(key)
+        self._join.add(join_group(h, self._groups), (h, (0, key)))
         if sig is not None:
             if self._spill is None:
                 self._spill = Spiller(self._folder)
             self._spill.add(0, (key, sig))
 
     def finish_bundle(self):
+        yield from emit_refs(self._join)
         yield from emit_refs(self._spill, _LSH)
 
 
@@ -235,21 +258,10 @@ def _label_for_join(kv):
     return node_hash(node), (2, label)
 
 
-class _Keys:
-    """An exact group's node keys, iterable twice without a list: one group may hold millions
-    of copies (group_verdicts reads it twice)."""
-
-    def __init__(self, items):
-        self._items = items
-
-    def __iter__(self):
-        return (k for t, k in self._items if t == 0)
-
-
 class _Assign(beam.DoFn):
-    """Per exact group h: its node keys (tag 0) and, when the group is in a near-duplicate
-    component, its nodes' component labels (tag 2). Every node of the group that took part in
-    LSH is in one component (copies share a signature), so any message's label is the group's."""
+    """A join group: the records of its exact groups (spilled), node keys (tag 0) and, for a
+    group in a near-duplicate component, its nodes' component labels (tag 2) -> their verdicts
+    (exact_verdicts). The group holds per h a count and two keys, not the records."""
 
     def __init__(self, cfg: DedupConfig):
         self._mode = cfg.survivor
@@ -260,49 +272,44 @@ class _Assign(beam.DoFn):
                          ("dedup:near_duplicate", "near_duplicates"))}
 
     def process(self, kv):
-        _h, items = kv
-        label = next((v for t, v in items if t == 2), None)
-        for v in group_verdicts(_Keys(items), label, self._mode):
+        for v in exact_verdicts(Unspilled(kv[1]), self._mode):
             self._counts[v.reason].inc()
             yield v
 
 
-class _Sized(beam.DoFn):
-    """Per cluster: its verdicts again, each with the cluster's size (counted first: the group
-    is iterated twice, never copied into a list)."""
-
-    def process(self, kv):
-        _cluster, verdicts = kv
-        size = sum(1 for _ in verdicts)
-        for v in verdicts:
-            yield v._replace(size=size, label=b"")  # the label's job is done: lighter on the way to buckets
+def _sized(kv):
+    """A group of clusters' verdicts (spilled) -> each with its cluster's size (sized)."""
+    return sized(Unspilled(kv[1]))
 
 
 class Dedup(beam.PTransform):
     """PCollection[Node] -> PCollection[Verdict]: one verdict per document in a cluster (exact
     or near), with the cluster's size; a document with no verdict is unique. Signatures and
-    band keys are spilled to files under ``tmp`` (spill): only their refs, edges, keys and
-    verdicts are grouped. The caller removes ``tmp`` after the job."""
+    band keys are spilled to files under ``tmp`` (spill), and so are the records of the join by
+    ``h`` and the verdicts counted by cluster, each spread over ``groups`` groups (prepare gives
+    its bucket count, so a group holds about a bucket's nodes): only refs, edges and keys are
+    grouped. The caller removes ``tmp`` after the job."""
 
     def __init__(self, cfg: DedupConfig | None = None, limits: Limits = Limits(), label: str | None = None,
-                 tmp: str = ""):
+                 tmp: str = "", groups: int = 1):
         super().__init__(label)
         self._cfg = cfg or DedupConfig()
         self._limits = limits
-        if self._cfg.near and not tmp:
+        if not tmp:
             raise ValueError("Dedup needs a temporary folder (tmp) for its spill files")
         self._tmp = tmp
+        self._groups = groups
 
     def expand(self, nodes):
         cfg, limits = self._cfg, self._limits
         prepared = nodes | "Prepare" >> (
-            beam.ParDo(_Prepare(self._tmp))
+            beam.ParDo(_Prepare(self._tmp, self._groups))
             # Without this, Beam infers the main output as "tuple or TaggedOutput" and the
             # GroupByKey downstream refuses it.
-            .with_output_types(tuple[bytes, tuple[int, Any]])
+            .with_output_types(tuple[int, Any])
             .with_outputs(_LSH, main="join")
         )
-        labels = []  # (h, (2, label)) for the join
+        labels = []  # (step, (h, (2, label))) for the join
         if cfg.near:
             spilled = prepared[_LSH]
             count = (spilled
@@ -324,7 +331,7 @@ class Dedup(beam.PTransform):
                 .with_output_types(tuple[Any, Any])
                 .with_outputs(_EdgeSink.LABELS, main="edges")
             )
-            labels.append(buckets.labels)
+            labels.append(("Bucket", buckets.labels))
             edges = buckets.edges
             if cfg.verify:
                 num_perm = cfg.bands * cfg.rows
@@ -338,19 +345,24 @@ class Dedup(beam.PTransform):
                             .with_outputs(_EdgeSink.LABELS, main="edges"))
 
                 attached = join(edges, "SigA", "AttachSignature", _AttachSignature)
-                labels.append(attached.labels)
+                labels.append(("Attach", attached.labels))
                 verified = join(attached.edges, "SigB", "Verify", _VerifyEdges)
                 edges = verified.edges
-                labels.append(verified.labels)
+                labels.append(("Verify", verified.labels))
             components = edges | "Components" >> ConnectedComponents(cfg.max_rounds, limits)
-            labels.append(components | "LabelForJoin" >> beam.Map(_label_for_join))
+            labels.append(("Components", components | "LabelForJoin" >> beam.Map(_label_for_join)))
+        spill = functools.partial(SpillFn, self._tmp)
+        # Each labels PCollection is spilled by its producer: spilled after a Flatten, the labels
+        # would wait in the runner's Flatten buffer.
+        label_refs = [pc | f"{step}LabelSpill" >> beam.ParDo(spill(functools.partial(_label_group, groups=self._groups)))
+                      for step, pc in labels]
         return (
-            [prepared.join, *labels]
+            [prepared.join, *label_refs]
             | "JoinFlatten" >> beam.Flatten()
             | "JoinGroup" >> beam.GroupByKey()
             | "Assign" >> beam.ParDo(_Assign(cfg))
             # Every member learns its cluster's size (dup_cluster_size, and rehydration).
-            | "ByCluster" >> beam.Map(lambda v: (v.label, v))
+            | "ClusterSpill" >> beam.ParDo(spill(functools.partial(_cluster_group, groups=self._groups)))
             | "ClusterGroup" >> beam.GroupByKey()
-            | "Sized" >> beam.ParDo(_Sized())
+            | "Sized" >> beam.FlatMap(_sized)
         )

@@ -107,31 +107,52 @@ def rehydrated(size: int, repeats: dict[int, int]) -> int:
     return next((r for s, r in sorted(repeats.items(), reverse=True) if size >= s), 1)
 
 
-def group_verdicts(keys: Iterable[bytes], label: bytes | None, mode: str) -> Iterator[Verdict]:
-    """The verdicts of one exact group: the node keys of its documents (an iterable that can be
-    iterated twice, as a group may be huge) and, when the group is in a near-duplicate
-    component, that component's label (its smallest node). A lone document in no component
-    gets no verdict: it is unique.
+def exact_verdicts(items: Iterable[tuple[bytes, tuple[int, bytes]]], mode: str) -> Iterator[Verdict]:
+    """The verdicts of exact groups, from their records in any order: (h, (0, node key)) per
+    document and (h, (2, label)) for a group in a near-duplicate component (the component's
+    smallest node). ``items`` is read twice, never held (a spilled partition is read again):
+    first each h's count, smallest key and label, then a verdict per document. A lone document
+    in no component gets none: it is unique.
 
-    The group's representative is its smallest key; it survives when it is its component's
-    label (or there is none), else it is a near duplicate. Every other member, also a second
-    record with the very same key, is an exact duplicate.
+    A group's representative is its smallest key; it survives when it is its component's label
+    (or there is none), else it is a near duplicate. Every other member, also a second record
+    with the very same key, is an exact duplicate.
     """
-    count, rep = 0, None
-    for k in keys:
-        count += 1
-        rep = k if rep is None or k < rep else rep
-    if count == 0 or (count == 1 and label is None):
-        return
-    survivor = label if label is not None else rep
-    cluster = node_id(survivor, mode)
-    rep_seen = False
-    for k in keys:
-        if not rep_seen and k == rep:
-            rep_seen = True
+    groups: dict[bytes, list] = {}  # h -> [count, smallest key, label, representative's verdict given]
+    for h, (t, v) in items:
+        g = groups.get(h)
+        if g is None:
+            g = groups[h] = [0, None, None, False]
+        if t == 2:
+            g[2] = v  # every node of a group is in the same component: any label is the group's
+        else:
+            g[0] += 1
+            if g[1] is None or v < g[1]:
+                g[1] = v
+    for h, (t, k) in items:
+        if t == 2:
+            continue
+        g = groups[h]
+        count, rep, label, rep_given = g
+        if count == 1 and label is None:
+            continue
+        survivor = label if label is not None else rep
+        cluster = node_id(survivor, mode)
+        if not rep_given and k == rep:
+            g[3] = True
             yield Verdict(k, cluster, NEAR if label is not None and label != rep else None, label=survivor)
         else:
             yield Verdict(k, cluster, EXACT, label=survivor)
+
+
+def sized(verdicts: Iterable[Verdict]) -> Iterator[Verdict]:
+    """The verdicts again, each with its cluster's size (``verdicts`` is read twice: first the
+    count per cluster label). The label's job is then done: it is dropped."""
+    sizes: dict[bytes, int] = {}
+    for v in verdicts:
+        sizes[v.label] = sizes.get(v.label, 0) + 1
+    for v in verdicts:
+        yield v._replace(size=sizes[v.label], label=b"")
 
 
 # The survivor or near-duplicate verdict of a key goes to its first record, exact ones after.
