@@ -152,8 +152,8 @@ class _EdgeSink(beam.DoFn):
     ('labels', ready for the final join) and the components get nothing to do; any other group
     hands its edges on to the components as a star forest. Blobs bound for a verification join
     go through the bundle's spill file (``_to_join``): join 2's carry first ends' signatures, and
-    held in the runner's group buffers they had tripled its memory at 60k pages and 8 LSH
-    partitions (issue #15)."""
+    held in the runner's group buffers they took it from ~190 to ~700 MB at 60k pages with 8
+    LSH partitions (issue #15)."""
 
     LABELS = "labels"
 
