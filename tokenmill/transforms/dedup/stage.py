@@ -83,17 +83,14 @@ class _Prepare(beam.DoFn):
         self._groups = groups
 
     def start_bundle(self):
-        self._join = self._spill = None
+        # A Spiller opens its file at its first flush: one that gets nothing costs nothing.
+        self._join, self._spill = Spiller(self._folder), Spiller(self._folder)
 
     def process(self, node):
         key, sig = node
-        if self._join is None:
-            self._join = Spiller(self._folder)
         h = node_hash(key)
         self._join.add(join_group(h, self._groups), (h, (0, key)))
         if sig is not None:
-            if self._spill is None:
-                self._spill = Spiller(self._folder)
             self._spill.add(0, (key, sig))
 
     def finish_bundle(self):
@@ -165,12 +162,10 @@ class _EdgeSink(beam.DoFn):
         self._rejected = Metrics.counter(NS, "verify_rejected_edges")
 
     def start_bundle(self):
-        self._spill = None
+        self._spill = Spiller(self._folder)
 
     def _to_join(self, blobs) -> None:
         for q, blob in blobs:
-            if self._spill is None:
-                self._spill = Spiller(self._folder)
             self._spill.add(q, blob)
 
     def finish_bundle(self):
