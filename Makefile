@@ -4,35 +4,57 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup sample test bench lint clean
+.PHONY: setup-data setup sample test cluster-up cluster-down test-cluster bench lint clean
 
-# torch first and pinned: 2.13.0 is a CPU wheel on disk here (pyproject allows newer; a bare
-# "torch" would pull a multi-GB CUDA build). Then the project with its test and trainer extras.
-$(BIN)/tokenmill: pyproject.toml
+# Data only (`make sample`): tokenmill and apache-beam, no torch. Bytecode for tokenmill's own
+# modules, as pip writes it for an installed package: an editable install has none, and where
+# PYTHONDONTWRITEBYTECODE is set every process (the launcher and each Beam worker) compiled them
+# again at start, 0.4 s each.
+$(VENV)/.setup-data: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,train]'
-	# mosaicml-streaming (the MDS export's reader in the tests) without its declared dependencies:
-	# they pull torchvision and a CUDA torch. Its MDS path needs only these compression libraries.
-	$(BIN)/pip install -q --no-deps mosaicml-streaming==0.13.0 Brotli==1.2.1 python-snappy==0.7.3 \
-		cramjam==2.14.0 zstd==1.5.7.2 catalogue==2.0.10
-	# Full fastText for `tokenmill classifier train`, in its own folder: fasttext-numpy2 and
-	# fasttext-predict (scoring) both ship a module named fasttext.
-	$(BIN)/pip install -q --no-deps --target $(VENV)/fasttext-train fasttext-numpy2==0.10.4
-	# Bytecode for tokenmill's own modules, as pip writes it for an installed package: an editable
-	# install has none, and where PYTHONDONTWRITEBYTECODE is set every process (the launcher and
-	# each Beam worker) compiled them again at start, 0.4 s each.
+	$(BIN)/pip install -q -e .
 	$(BIN)/python -m compileall -q tokenmill
 	@touch $@
 
-setup: $(BIN)/tokenmill
+# Everything the tests use: the trainer (torch from PyPI, a CUDA build of ~4 GB that also runs
+# on the CPU; pinned so every machine tests the same one) and the interop readers.
+$(VENV)/.setup: $(VENV)/.setup-data
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,train]'
+	# Readers the export tests load shards with, without their declared dependencies:
+	# mosaicml-streaming's pull torchvision and a CUDA torch (its MDS path needs only these
+	# compression libraries); HF datasets' multiprocess and dill pins cannot meet apache-beam
+	# 2.62's dill<0.3.2 (pip backtracks into an sdist whose setup.py never ends), and loading a
+	# parquet file uses neither.
+	$(BIN)/pip install -q --no-deps mosaicml-streaming==0.13.0 Brotli==1.2.1 python-snappy==0.7.3 \
+		cramjam==2.14.0 zstd==1.5.7.2 catalogue==2.0.10 datasets==3.6.0 multiprocess==0.70.16
+	$(BIN)/pip install -q pandas requests tqdm
+	# Full fastText for `tokenmill classifier train`, in its own folder: fasttext-numpy2 and
+	# fasttext-predict (scoring) both ship a module named fasttext.
+	$(BIN)/pip install -q --no-deps --target $(VENV)/fasttext-train fasttext-numpy2==0.10.4
+	@touch $@
 
-sample: setup
+setup-data: $(VENV)/.setup-data
+setup: $(VENV)/.setup
+
+sample: setup-data
 	$(BIN)/tokenmill prepare --output $(OUT)
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# Real Flink and Spark clusters and Prism on this machine (scripts/cluster.sh; versions in
+# cluster/versions.env), and the tests that run `prepare` on them.
+cluster-up: setup-data
+	scripts/cluster.sh install all
+	scripts/cluster.sh up all
+
+cluster-down:
+	scripts/cluster.sh down all
+
+test-cluster: setup cluster-up
+	TOKENMILL_CLUSTER=1 $(BIN)/python -m pytest -q tests/test_cluster.py; rc=$$?; scripts/cluster.sh down all; exit $$rc
 
 bench: setup
 	$(BIN)/pip install -q -e '.[bench]'

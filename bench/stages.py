@@ -105,7 +105,7 @@ from tokenmill.transforms.pii import PiiFn, redact  # noqa: E402
 from tokenmill.transforms.quality import QualityFn, first_failure, quality_score, signals  # noqa: E402
 
 GOAL = 0.85
-BEAM_ARGS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory", "--direct_num_workers=1"]
+BEAM_ARGS = ["--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner", "--direct_running_mode=in_memory", "--direct_num_workers=1"]
 STAGES = ["extract", "normalize", "language", "quality", "pii", "dedup", "tokenize"]
 
 

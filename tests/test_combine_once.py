@@ -3,6 +3,7 @@ CombineGlobally's own default reads its output through (which kept the tokenizer
 in a worker and encoded in the runner for the rest of a job). Real Beam pipelines."""
 
 import apache_beam as beam
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from tokenmill.transforms.stage import CombineOnce
@@ -10,7 +11,7 @@ from tokenmill.transforms.tokenize import SampleFn
 
 
 def _run(values, fn):
-    with beam.Pipeline("FnApiRunner") as p:
+    with beam.Pipeline(FnApiRunner()) as p:
         got = p | beam.Create(values, reshuffle=False) | CombineOnce(fn)
         assert_that(got, equal_to([fn.apply(values)]))  # exactly one element, fn's own output
 
@@ -24,14 +25,14 @@ def test_one_output_for_some_inputs_and_for_none():
 
 
 def test_no_side_input_in_the_graph():
-    p = beam.Pipeline("FnApiRunner")
+    p = beam.Pipeline(FnApiRunner())
     _ = p | beam.Create([1, 2]) | CombineOnce(beam.combiners.CountCombineFn())
     proto = p.to_runner_api()
     side = [t.unique_name for t in proto.components.transforms.values()
             if t.spec.urn == "beam:transform:pardo:v1" and _side_inputs(t)]
     assert side == []
     # CombineGlobally with its default has one: what CombineOnce replaces.
-    q = beam.Pipeline("FnApiRunner")
+    q = beam.Pipeline(FnApiRunner())
     _ = q | beam.Create([1, 2]) | beam.CombineGlobally(beam.combiners.CountCombineFn())
     assert any(_side_inputs(t) for t in q.to_runner_api().components.transforms.values()
                if t.spec.urn == "beam:transform:pardo:v1")
@@ -57,7 +58,7 @@ def test_the_combined_value_survives_any_merge_of_seeds():
 def test_the_inputs_reach_the_first_combine_unflattened():
     """Flattened with the seed before combining, the inputs (the report's documents) would wait
     in the runner's Flatten buffer instead of being combined where they are made."""
-    p = beam.Pipeline("FnApiRunner")
+    p = beam.Pipeline(FnApiRunner())
     docs = p | "Docs" >> beam.Create([1, 2])
     _ = docs | "Once" >> CombineOnce(beam.combiners.CountCombineFn())
     transforms = p.to_runner_api().components.transforms.values()

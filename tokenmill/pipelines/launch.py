@@ -11,9 +11,17 @@ import io
 import os
 import re
 import signal
+import sys
+import tempfile
 import threading
+from urllib.parse import urlparse
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    PortableOptions,
+    StandardOptions,
+)
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineRunner, create_runner
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
@@ -42,12 +50,14 @@ def beam_options(beam_args: list[str]) -> tuple[PipelineOptions, PipelineRunner]
         raise UserError("Beam option: " + (said[-1].split(": error: ", 1)[1] if said else " ".join(beam_args))) from None
     name = options.view_as(StandardOptions).runner
     try:
-        runner = create_runner(name)
+        # apache-beam 2.62 (pinned: see cluster/versions.env) knows FnApiRunner only by its path
+        runner = create_runner(_QUALIFIED.get(name, name))
     except (ValueError, ImportError) as e:
         raise UserError(f"--runner={name}: {str(e).splitlines()[0]}") from None
     return options, _local_workers(options, runner)
 
 
+_QUALIFIED = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
 LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
 
 
@@ -63,6 +73,117 @@ def is_local(options: PipelineOptions, runner: PipelineRunner) -> bool:
     return False
 
 
+_LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1", "[::1]")
+# where a path on "this machine's disk" is also every worker's: network and cluster filesystems
+_SHARED_FS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "ceph", "glusterfs", "beegfs", "9p", "fuse")
+
+
+def cluster_host(options: PipelineOptions, runner: PipelineRunner) -> str:
+    """The host of the cluster a job goes to ("" when it runs on this machine)."""
+    name = type(runner).__name__
+    if name in LOCAL_RUNNERS or not isinstance(runner, _portable_runner()):
+        return ""
+    opts = options.get_all_options(retain_unknown_options=True)
+    address = {"FlinkRunner": opts.get("flink_master"), "SparkRunner": opts.get("spark_master_url")}.get(
+        name, opts.get("job_endpoint"))
+    if not address or address in ("[local]", "[auto]", "embed") or address.startswith("local"):
+        return ""
+    host = urlparse(address if "://" in address else f"//{address}").hostname or ""
+    return "" if host in _LOCAL_HOSTS else host
+
+
+def _portable_runner():
+    from apache_beam.runners.portability.portable_runner import PortableRunner
+
+    return PortableRunner
+
+
+def harness_in_launcher(options: PipelineOptions) -> bool:
+    """Whether a portable job's Python stages run in this process (LOOPBACK)."""
+    return (options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK"
+
+
+def _filesystem(path: str) -> str:
+    """The type of the filesystem ``path`` (or its nearest existing parent) lives on, from /proc/mounts."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    best, kind = "", ""
+    with contextlib.suppress(OSError), open("/proc/mounts") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) > 2 and (path == parts[1] or path.startswith(parts[1].rstrip("/") + "/")) \
+                    and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    return kind
+
+
+def check_paths_reach_workers(options: PipelineOptions, runner: PipelineRunner, paths: dict[str, list[str]]) -> None:
+    """A job whose workers run on another host cannot read or write this machine's disk: a local
+    --input or --output is one line before anything is submitted (unless it is a network mount,
+    or the Python stages run here: LOOPBACK)."""
+    host = cluster_host(options, runner)
+    if not host or harness_in_launcher(options):
+        return
+    for flag, values in paths.items():
+        for path in values:
+            if "://" in path or _filesystem(path).startswith(_SHARED_FS):
+                continue
+            raise UserError(
+                f"{flag} {path} is this machine's disk, but the job's workers run on {host}: give a path every "
+                f"worker reaches (gs://, s3://, hdfs://, or a network mount at the same path on every host), "
+                f"or run the Python stages here with --environment_type=LOOPBACK")
+
+
+class _HarnessLog:
+    """Where a LOOPBACK job's SDK harness, which runs in the launcher, writes while the job runs."""
+
+    def __init__(self):
+        fd, self.path = tempfile.mkstemp(prefix="tokenmill-harness-", suffix=".log")
+        self.file = os.fdopen(fd, "w", buffering=1, errors="replace")
+
+
+def _is_teardown(exc: BaseException) -> bool:
+    # A runner ends each stage's SDK environment by closing its gRPC streams: the harness's reader
+    # threads then die with CANCELLED, and a bundle still waiting for input with "Channel closed".
+    code = getattr(exc, "code", None)
+    return (callable(code) and getattr(code(), "name", "") == "CANCELLED") or "Channel closed prematurely" in str(exc)
+
+
+@contextlib.contextmanager
+def harness_output(options: PipelineOptions, runner: PipelineRunner):
+    """For a job on a portable runner (Flink, Spark, Prism, a job server) whose Python stages run in
+    the launcher (LOOPBACK): what Beam's SDK harness prints there (each failed bundle's traceback,
+    again for every retry; the stream errors of each environment the runner tears down) goes to a
+    log file instead of the user's terminal. Yields that file's path; it is removed after a run that
+    succeeds, and kept (the one-line error names it) after one that fails."""
+    if not (isinstance(runner, _portable_runner()) and harness_in_launcher(options)):
+        yield None
+        return
+    log = _HarnessLog()
+    old_stderr, old_hook = sys.stderr, threading.excepthook
+
+    def hook(args):
+        if _is_teardown(args.exc_value):
+            return
+        import traceback
+
+        traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=log.file)
+
+    sys.stderr, threading.excepthook = log.file, hook
+    ok = False
+    try:
+        yield log.path
+        ok = True
+    finally:
+        sys.stderr = old_stderr
+        # The harness's threads outlive the job by a moment; what they say then is teardown too.
+        threading.excepthook = lambda args: None if _is_teardown(args.exc_value) else old_hook(args)
+        if ok:
+            with contextlib.suppress(OSError):
+                os.unlink(log.path)
+
+
 def _chain(e: BaseException) -> list[BaseException]:
     chain, cause = [e], e
     while (cause := cause.__cause__ or cause.__context__) is not None and len(chain) < 20:
@@ -70,8 +191,9 @@ def _chain(e: BaseException) -> list[BaseException]:
     return chain
 
 
-def failure(e: BaseException, out: str) -> UserError:
-    """One line for a pipeline that failed on a worker: disk full, or the step and its error."""
+def failure(e: BaseException, out: str, log: str | None = None) -> UserError:
+    """One line for a pipeline that failed on a worker: disk full, or the step and its error
+    (and where the SDK harness's full output went, for a LOOPBACK job on a portable runner)."""
     text = f"{type(e).__name__}: {e}"
     if any(isinstance(c, OSError) and c.errno == errno.ENOSPC for c in _chain(e)) or "No space left on device" in text:
         return UserError(f"disk full while writing {out}; the previous output is untouched")
@@ -79,7 +201,8 @@ def failure(e: BaseException, out: str) -> UserError:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
     last = lines[-1] if lines else type(e).__name__
     where = f" in step {step[-1].split('/')[0]!r}" if step else ""
-    return UserError(f"the pipeline failed{where}: {last[:500]}; the previous output in {out} is untouched")
+    logged = f" (worker log: {log})" if log else ""
+    return UserError(f"the pipeline failed{where}: {last[:500]}; the previous output in {out} is untouched{logged}")
 
 
 def interrupted(e: BaseException) -> bool:

@@ -198,6 +198,7 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
     scan = scan if scan is not None else check_job(cfg)
     graph = graph or build
     options, runner = launch.beam_options(beam_args)
+    launch.check_paths_reach_workers(options, runner, {"--input": cfg.inputs, "--output": [cfg.output]})
     with output.locked(cfg.output):
         output.remove_leftovers(cfg.output)
         stage = output.new_stage(cfg.output)
@@ -206,19 +207,22 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
             display.start(progress_to, sum(f.size for f in scan.files),
                           bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets))
         try:
-            with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
-                graph(p, cfg, scan, stage, progress_to)
-                # The graph holds what it needs (read tasks over inputs.jsonl, the bucket count);
-                # the file list, ~17 MB at 60k files, is not kept in the launcher for the run.
-                scan.files.clear()
-        except (UserError, KeyboardInterrupt):
+            with launch.harness_output(options, runner) as harness_log:
+                try:
+                    with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
+                        graph(p, cfg, scan, stage, progress_to)
+                        # The graph holds what it needs (read tasks over inputs.jsonl, the bucket
+                        # count); the file list, ~17 MB at 60k files, is not kept in the launcher.
+                        scan.files.clear()
+                except (UserError, KeyboardInterrupt):
+                    raise
+                except Exception as e:  # noqa: BLE001 - whatever a worker raised becomes one line
+                    if launch.interrupted(e):
+                        raise KeyboardInterrupt from None
+                    raise launch.failure(e, cfg.output, harness_log) from None
+        except BaseException:
             output.discard(stage)
             raise
-        except Exception as e:  # noqa: BLE001 - whatever a worker raised becomes one line
-            output.discard(stage)
-            if launch.interrupted(e):
-                raise KeyboardInterrupt from None
-            raise launch.failure(e, cfg.output) from None
         finally:
             if progress_to:
                 display.stop()

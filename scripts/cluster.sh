@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# A real Flink cluster, a real Spark cluster and Prism on this machine, for trying and testing
+# `tokenmill prepare` on Beam's cluster runners.
+#
+#   scripts/cluster.sh install [flink|spark|prism|all]   fetch the engines, build the job servers
+#   scripts/cluster.sh up      [flink|spark|pool|all]    start (again: restarts what died)
+#   scripts/cluster.sh down    [flink|spark|pool|all]    stop
+#   scripts/cluster.sh status                            what runs, and where
+#   scripts/cluster.sh flags   flink|flink-external|spark|prism   the `prepare` flags for it
+#
+# Versions: cluster/versions.env (engines) and the venv's apache-beam (job servers, Prism).
+# Everything lands in .cluster/ (TOKENMILL_CLUSTER_HOME): engines, jars, pid files, logs.
+# Ports (env overrides): FLINK_REST_PORT 8081, SPARK_MASTER_PORT 7077, SPARK_UI_PORT 8080,
+# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000; FLINK_TASKMANAGERS 2.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../cluster/versions.env
+source "$ROOT/cluster/versions.env"
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+HOME_DIR=${TOKENMILL_CLUSTER_HOME:-$ROOT/.cluster}
+RUN=$HOME_DIR/run
+FLINK_HOME=$HOME_DIR/flink/pyflink
+SPARK_HOME=$HOME_DIR/spark/pyspark
+FLINK_MINOR=${FLINK_VERSION%.*}
+FLINK_REST_PORT=${FLINK_REST_PORT:-8081}
+FLINK_TASKMANAGERS=${FLINK_TASKMANAGERS:-2}
+SPARK_MASTER_PORT=${SPARK_MASTER_PORT:-7077}
+SPARK_UI_PORT=${SPARK_UI_PORT:-8080}
+SPARK_WORKER_UI_PORT=${SPARK_WORKER_UI_PORT:-8082}
+POOL_PORT=${POOL_PORT:-50000}
+# Spark 3.2 predates its own Java 17 support (3.3 passes these itself); the executors the worker
+# starts inherit them through the java launcher's JDK_JAVA_OPTIONS.
+JAVA17_OPENS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
+ --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED
+ --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
+ --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED
+ --add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED
+ --add-opens=java.base/sun.nio.cs=ALL-UNNAMED --add-opens=java.base/sun.security.action=ALL-UNNAMED
+ --add-opens=java.base/sun.util.calendar=ALL-UNNAMED"
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+beam_version() {
+  [ -x "$PY" ] || die "no Python at $PY: run 'make setup-data' first (or set PYTHON)"
+  "$PY" -c 'import apache_beam; print(apache_beam.__version__)' 2>/dev/null \
+    || die "$PY has no apache-beam: run 'make setup-data' first"
+}
+
+flink_jar() { echo "$HOME_DIR/jars/beam-runners-flink-$FLINK_MINOR-job-server-$(beam_version).jar"; }
+spark_jar() { echo "$HOME_DIR/jars/beam-runners-spark-3-job-server-$(beam_version).jar"; }
+prism_bin() { echo "$HOME_DIR/bin/prism-$(beam_version)"; }
+
+# ---- install ---------------------------------------------------------------------------------
+
+pip_engine() {  # folder, packages...: PyPI's engine packages without their Python dependencies
+  local dir=$1; shift
+  [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$*" ] && return
+  rm -rf "$dir"
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "$@"
+  echo "$*" > "$dir/.installed"
+}
+
+build_jars() {
+  local beam; beam=$(beam_version)
+  [ -f "$(flink_jar)" ] && [ -f "$(spark_jar)" ] && return
+  command -v mvn >/dev/null || die "the job servers are built with Maven: install mvn"
+  echo "building Beam $beam's Flink $FLINK_MINOR and Spark 3 job servers (Maven Central)..."
+  mvn -q -B -f "$ROOT/cluster/pom.xml" -Dbeam.version="$beam" -Dflink.minor="$FLINK_MINOR" \
+    -Dspark.version="$SPARK_VERSION" -Dspark.scala.version="$SPARK_SCALA_VERSION" package
+  mkdir -p "$HOME_DIR/jars"
+  cp "$ROOT/cluster/flink-job-server/target/$(basename "$(flink_jar)")" "$(flink_jar)"
+  cp "$ROOT/cluster/spark-job-server/target/$(basename "$(spark_jar)")" "$(spark_jar)"
+}
+
+install_flink() {
+  pip_engine "$HOME_DIR/flink" "apache-flink==$FLINK_VERSION" "apache-flink-libraries==$FLINK_VERSION"
+  build_jars
+}
+
+install_spark() {
+  pip_engine "$HOME_DIR/spark" "pyspark==$SPARK_VERSION"
+  build_jars
+}
+
+install_prism() {
+  [ -x "$(prism_bin)" ] && return
+  command -v go >/dev/null || die "Prism is built with Go: install go"
+  mkdir -p "$HOME_DIR/bin"
+  GOBIN="$HOME_DIR/bin" go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$(beam_version)"
+  mv "$HOME_DIR/bin/prism" "$(prism_bin)"
+}
+
+# ---- processes -------------------------------------------------------------------------------
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+spawn() {  # pidfile logfile command...: a daemon in its own session, its pid in pidfile
+  local pidfile=$1 log=$2; shift 2
+  alive "$pidfile" && return
+  mkdir -p "$(dirname "$pidfile")" "$(dirname "$log")"
+  setsid "$@" > "$log" 2>&1 < /dev/null &
+  echo $! > "$pidfile"
+}
+
+stop() {  # pidfile: TERM, then KILL after 10 s
+  local pidfile=$1 pid
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$pidfile"
+}
+
+wait_for() {  # what, seconds, command...: until the command succeeds
+  local what=$1 secs=$2; shift 2
+  for _ in $(seq $((secs * 2))); do "$@" >/dev/null 2>&1 && return; sleep 0.5; done
+  die "$what did not come up in ${secs} s (logs: $RUN)"
+}
+
+http_json() { "$PY" -c 'import json,sys,urllib.request; print(json.dumps(json.load(urllib.request.urlopen(sys.argv[1], timeout=5))))' "$1"; }
+
+flink_taskmanagers() { http_json "http://localhost:$FLINK_REST_PORT/taskmanagers" \
+  | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["taskmanagers"]))'; }
+
+spark_workers() { http_json "http://127.0.0.1:$SPARK_UI_PORT/json/" \
+  | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("aliveworkers", 0))'; }
+
+flink_conf() {
+  local conf=$RUN/flink/conf
+  mkdir -p "$conf" "$RUN/flink/tmp"
+  cp "$FLINK_HOME"/conf/log4j*.properties "$FLINK_HOME"/conf/logback*.xml "$conf/"
+  cat > "$conf/config.yaml" <<EOF
+# written by scripts/cluster.sh
+jobmanager:
+  rpc: {address: localhost, port: 6123}
+  bind-host: localhost
+  memory: {process: {size: 1024m}}
+taskmanager:
+  bind-host: localhost
+  host: localhost
+  numberOfTaskSlots: 1
+  memory: {process: {size: 1280m}}
+rest: {address: localhost, bind-address: localhost, port: $FLINK_REST_PORT}
+parallelism: {default: 2}
+# a lost task manager: noticed within seconds, and the job restarts instead of failing
+heartbeat: {interval: 2000, timeout: 10000}
+restart-strategy:
+  type: fixed-delay
+  fixed-delay: {attempts: 3, delay: 3 s}
+io: {tmp: {dirs: $RUN/flink/tmp}}
+EOF
+}
+
+up_flink() {
+  [ -d "$FLINK_HOME" ] || die "no Flink in $HOME_DIR: run 'scripts/cluster.sh install flink' first"
+  flink_conf
+  local env=(env FLINK_CONF_DIR="$RUN/flink/conf" FLINK_LOG_DIR="$RUN/flink/log" FLINK_PID_DIR="$RUN/flink/daemon")
+  spawn "$RUN/flink/jobmanager.pid" "$RUN/flink/log/jobmanager.out" \
+    "${env[@]}" "$FLINK_HOME/bin/jobmanager.sh" start-foreground
+  wait_for "Flink's JobManager (localhost:$FLINK_REST_PORT)" 60 http_json "http://localhost:$FLINK_REST_PORT/overview"
+  local i
+  for i in $(seq "$FLINK_TASKMANAGERS"); do
+    spawn "$RUN/flink/taskmanager-$i.pid" "$RUN/flink/log/taskmanager-$i.out" \
+      "${env[@]}" "$FLINK_HOME/bin/taskmanager.sh" start-foreground -Dtaskmanager.resource-id="tm-$i-$RANDOM"
+  done
+  wait_for "$FLINK_TASKMANAGERS Flink TaskManagers" 60 \
+    bash -c "[ \"\$(\"$0\" _flink_taskmanagers)\" -ge $FLINK_TASKMANAGERS ]"
+  echo "flink: JobManager and $FLINK_TASKMANAGERS TaskManagers up, http://localhost:$FLINK_REST_PORT"
+}
+
+down_flink() {
+  local f
+  for f in "$RUN"/flink/taskmanager-*.pid; do [ -e "$f" ] && stop "$f"; done
+  stop "$RUN/flink/jobmanager.pid"
+}
+
+up_spark() {
+  [ -d "$SPARK_HOME" ] || die "no Spark in $HOME_DIR: run 'scripts/cluster.sh install spark' first"
+  mkdir -p "$RUN/spark/work"
+  local env=(env SPARK_HOME="$SPARK_HOME" SPARK_LOCAL_IP=127.0.0.1 SPARK_LOG_DIR="$RUN/spark/log"
+    SPARK_CONF_DIR="$RUN/spark/conf")
+  mkdir -p "$RUN/spark/conf"
+  spawn "$RUN/spark/master.pid" "$RUN/spark/log/master.out" "${env[@]}" \
+    "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
+    --host 127.0.0.1 --port "$SPARK_MASTER_PORT" --webui-port "$SPARK_UI_PORT"
+  wait_for "Spark's Master (127.0.0.1:$SPARK_UI_PORT)" 60 http_json "http://127.0.0.1:$SPARK_UI_PORT/json/"
+  spawn "$RUN/spark/worker.pid" "$RUN/spark/log/worker.out" "${env[@]}" JDK_JAVA_OPTIONS="$(echo $JAVA17_OPENS)" \
+    "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker --host 127.0.0.1 \
+    --cores "${SPARK_WORKER_CORES:-2}" --memory "${SPARK_WORKER_MEMORY:-4g}" \
+    --webui-port "$SPARK_WORKER_UI_PORT" --work-dir "$RUN/spark/work" "spark://127.0.0.1:$SPARK_MASTER_PORT"
+  wait_for "Spark's Worker" 60 bash -c "[ \"\$(\"$0\" _spark_workers)\" -ge 1 ]"
+  echo "spark: Master and Worker up, spark://127.0.0.1:$SPARK_MASTER_PORT (UI http://127.0.0.1:$SPARK_UI_PORT)"
+}
+
+down_spark() {
+  stop "$RUN/spark/worker.pid"
+  stop "$RUN/spark/master.pid"
+}
+
+up_pool() {  # Beam's worker pool, for --environment_type=EXTERNAL: SDK workers from the venv
+  spawn "$RUN/pool/pool.pid" "$RUN/pool/pool.out" env PATH="$(dirname "$PY"):$PATH" \
+    "$PY" -m apache_beam.runners.worker.worker_pool_main --service_port="$POOL_PORT"
+  wait_for "Beam's worker pool (localhost:$POOL_PORT)" 30 \
+    "$PY" -c "import socket; socket.create_connection(('localhost', $POOL_PORT), 1)"
+  echo "pool: Beam worker pool up, localhost:$POOL_PORT"
+}
+
+down_pool() { stop "$RUN/pool/pool.pid"; }
+
+status() {
+  local f
+  for f in "$RUN"/*/*.pid; do
+    [ -e "$f" ] || continue
+    if alive "$f"; then echo "up    ${f#"$RUN"/} (pid $(cat "$f"))"; else echo "dead  ${f#"$RUN"/}"; fi
+  done
+}
+
+flags() {
+  case ${1:-} in
+    flink) echo "--runner=FlinkRunner --flink_master=localhost:$FLINK_REST_PORT --flink_version=$FLINK_MINOR" \
+      "--flink_job_server_jar=$(flink_jar) --environment_type=LOOPBACK --parallelism=2" ;;
+    flink-external) echo "--runner=FlinkRunner --flink_master=localhost:$FLINK_REST_PORT --flink_version=$FLINK_MINOR" \
+      "--flink_job_server_jar=$(flink_jar) --environment_type=EXTERNAL" \
+      "--environment_config=localhost:$POOL_PORT --parallelism=2" ;;
+    spark) echo "--runner=SparkRunner --spark_master_url=spark://127.0.0.1:$SPARK_MASTER_PORT" \
+      "--spark_job_server_jar=$(spark_jar) --environment_type=LOOPBACK" ;;
+    prism) echo "--runner=PrismRunner --prism_location=$(prism_bin)" ;;
+    *) die "flags: flink, flink-external, spark or prism" ;;
+  esac
+}
+
+engines() { if [ "${1:-all}" = all ]; then echo "$2"; else echo "$1"; fi; }
+
+cmd=${1:-}; what=${2:-all}
+case $cmd in
+  install) for e in $(engines "$what" "flink spark prism"); do "install_$e"; done ;;
+  up) for e in $(engines "$what" "flink spark pool"); do "up_$e"; done ;;
+  down) for e in $(engines "$what" "pool spark flink"); do "down_$e"; done ;;
+  status) status ;;
+  flags) flags "$what" ;;
+  _flink_taskmanagers) flink_taskmanagers ;;
+  _spark_workers) spark_workers ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

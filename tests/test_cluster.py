@@ -1,0 +1,179 @@
+"""`prepare` on real clusters: a standalone Flink cluster (a JobManager and two TaskManagers), a
+standalone Spark cluster (a Master and a Worker) and Prism, each as scripts/cluster.sh brings it
+up. Every engine gives the in-process runner's rows, shards, manifest and report counts, byte for
+byte; the engine's own REST API shows that the job ran there; a TaskManager killed mid-job costs a
+restart, not a row; a job that fails on the cluster ends in one line.
+
+Run by `make test-cluster` (which brings the engines up and down); skipped unless
+TOKENMILL_CLUSTER=1, so `make test` stays fast."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import run_prepare
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "cluster.sh"
+RUN = Path(os.environ.get("TOKENMILL_CLUSTER_HOME", ROOT / ".cluster")) / "run"
+FLINK = f"http://localhost:{os.environ.get('FLINK_REST_PORT', '8081')}"
+SPARK = f"http://127.0.0.1:{os.environ.get('SPARK_UI_PORT', '8080')}"
+SETS = ["tokenize.vocab_size=1000"]
+
+pytestmark = pytest.mark.skipif(os.environ.get("TOKENMILL_CLUSTER") != "1",
+                                reason="needs the local clusters: make test-cluster")
+
+
+def flags(engine: str) -> list[str]:
+    out = subprocess.run([str(SCRIPT), "flags", engine], check=True, capture_output=True, text=True).stdout
+    return shlex.split(out)
+
+
+def rest(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)
+
+
+def flink_jobs() -> dict[str, dict]:
+    return {j["jid"]: j for j in rest(f"{FLINK}/jobs/overview")["jobs"]}
+
+
+def spark_apps() -> dict[str, dict]:
+    return {a["id"]: a for a in rest(f"{SPARK}/json/")["completedapps"]}
+
+
+def tree(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def assert_same_output(out: Path, ref: Path, rows, ref_rows, report, ref_report):
+    """Same docs rows; byte-identical shards and manifest; same report counts; and the same files
+    under OUT, none more (no orphan from a retried bundle or a restarted job)."""
+    key = lambda r: r["id"]  # noqa: E731
+    assert sorted(rows, key=key) == sorted(ref_rows, key=key)
+    for k in ("documents", "dropped_by", "dedup", "tokens", "languages"):
+        assert report.get(k) == ref_report.get(k), k
+    got, want = tree(out), tree(ref)
+    assert sorted(got) == sorted(want)
+    manifest = json.loads(want["manifest.json"])
+    for info in manifest["splits"].values():
+        for s in info["shards"]:
+            assert got[s["file"]] == want[s["file"]], s["file"]
+    assert got["manifest.json"] == want["manifest.json"]
+    assert got["tokenizer.json"] == want["tokenizer.json"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("in_process") / "out"
+    rc, rows, report = run_prepare(out, [], sets=SETS)
+    assert rc == 0
+    return out, rows, report
+
+
+def engine_run(engine, tmp_path, extra=()):
+    out = tmp_path / "out"
+    rc, rows, report = run_prepare(out, [], sets=SETS, extra=[*flags(engine), *extra])
+    assert rc == 0, engine
+    return out, rows, report
+
+
+def test_flink_loopback_and_external_match_in_process(reference, tmp_path):
+    ref, ref_rows, ref_report = reference
+    for engine in ("flink", "flink-external"):
+        before = flink_jobs()
+        out, rows, report = engine_run(engine, tmp_path / engine)
+        assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+        new = [j for jid, j in flink_jobs().items() if jid not in before]
+        assert [j["state"] for j in new] == ["FINISHED"], engine  # it ran on the cluster
+        assert new[0]["tasks"]["finished"] == new[0]["tasks"]["total"] > 0
+
+
+def test_spark_matches_in_process(reference, tmp_path):
+    ref, ref_rows, ref_report = reference
+    before = spark_apps()
+    out, rows, report = engine_run("spark", tmp_path)
+    assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+    new = [a for aid, a in spark_apps().items() if aid not in before]
+    assert [a["state"] for a in new] == ["FINISHED"]  # the Master ran it, on its Worker's executors
+    assert new[0]["name"].startswith("BeamApp")
+
+
+def test_prism_matches_in_process(reference, tmp_path):
+    ref, ref_rows, ref_report = reference
+    out, rows, report = engine_run("prism", tmp_path)
+    assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+
+
+def _vertex_running(jid: str, name_part: str) -> bool:
+    job = rest(f"{FLINK}/jobs/{jid}")
+    return any(name_part in v["name"] and v["status"] == "RUNNING" for v in job["vertices"])
+
+
+def test_flink_survives_a_lost_taskmanager(reference, tmp_path):
+    """SIGKILL a TaskManager while the clean phase runs, start a new one: Flink restarts the job
+    (config.yaml's fixed-delay strategy) and OUT is what an uninterrupted run writes."""
+    ref, ref_rows, ref_report = reference
+    out = tmp_path / "out"
+    before = flink_jobs()
+    argv = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out),
+            *(a for s in SETS for a in ("--set", s)), *flags("flink")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        jid = None
+        while jid is None or not _vertex_running(jid, "Extract"):
+            assert proc.poll() is None and time.monotonic() < deadline, "the job never reached the clean phase"
+            jid = next((j for j in flink_jobs() if j not in before), None)
+            time.sleep(0.2)
+        victim = RUN / "flink" / "taskmanager-1.pid"
+        os.kill(int(victim.read_text()), signal.SIGKILL)
+        subprocess.run([str(SCRIPT), "up", "flink"], check=True, capture_output=True)  # a new one
+        log, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log[-3000:]
+    job = rest(f"{FLINK}/jobs/{jid}")
+    assert job["state"] == "FINISHED"
+    history = rest(f"{FLINK}/jobs/{jid}/exceptions")["exceptionHistory"]["entries"]
+    assert history, "the job was not restarted: the TaskManager died too late to matter"
+    import glob
+
+    import pyarrow.parquet as pq
+
+    rows = [r for f in sorted(glob.glob(str(out / "docs" / "*.parquet"))) for r in pq.read_table(f).to_pylist()]
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+
+
+def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path, capsys):
+    """A stage that raises on the cluster (a tokenizer with no unknown token meets a word it
+    lacks) ends as on the local runners: one line naming the step, the previous output untouched.
+    An input that cannot be read is refused by the launcher before anything is submitted."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tokenmill.cli import main
+
+    tok = Tokenizer(models.WordLevel({"</s>": 0, "the": 1}))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "no_unk.json"))
+    out = tmp_path / "out"
+    assert main(["prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s))]) == 0
+    before = tree(out)
+    for args, needle in (
+        (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={tmp_path / 'no_unk.json'}"],
+         "the pipeline failed in step 'Finish'"),
+        (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
+    ):
+        rc = main(["prepare", "--output", str(out), *args, *flags("flink")])
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert rc == 2 and len(err) == 1 and needle in err[0], err
+        assert tree(out) == before
