@@ -93,7 +93,12 @@ install_prism() {
 
 # ---- processes -------------------------------------------------------------------------------
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive() {  # a pid file's process runs (a SIGKILLed one is dead while it still exits: state Z or X)
+  [ -f "$1" ] || return 1
+  local state
+  state=$(awk '{print $3}' "/proc/$(cat "$1")/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
 
 spawn() {  # pidfile logfile command...: a daemon in its own session, its pid in pidfile
   local pidfile=$1 log=$2; shift 2

@@ -62,12 +62,12 @@ def assert_same_output(out: Path, ref: Path, rows, ref_rows, report, ref_report)
         assert report.get(k) == ref_report.get(k), k
     got, want = tree(out), tree(ref)
     assert sorted(got) == sorted(want)
-    manifest = json.loads(want["manifest.json"])
-    for info in manifest["splits"].values():
-        for s in info["shards"]:
-            assert got[s["file"]] == want[s["file"]], s["file"]
-    assert got["manifest.json"] == want["manifest.json"]
-    assert got["tokenizer.json"] == want["tokenizer.json"]
+    # byte for byte, but for the lock (its pid) and the OUT path the manifest and report record
+    unlike = {".tokenmill.lock", "manifest.json", "report/report.json"}
+    assert {k: v for k, v in got.items() if k not in unlike} == {k: v for k, v in want.items() if k not in unlike}
+    for name in ("manifest.json", "report/report.json"):
+        mine = got[name].decode().replace(json.dumps(str(out))[1:-1], json.dumps(str(ref))[1:-1])
+        assert json.loads(mine) == json.loads(want[name]), name
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +133,16 @@ def test_flink_survives_a_lost_taskmanager(reference, tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, "the job never reached the clean phase"
             jid = next((j for j in flink_jobs() if j not in before), None)
             time.sleep(0.2)
-        victim = RUN / "flink" / "taskmanager-1.pid"
-        os.kill(int(victim.read_text()), signal.SIGKILL)
+        victim = int((RUN / "flink" / "taskmanager-1.pid").read_text())
+        os.kill(victim, signal.SIGKILL)
         subprocess.run([str(SCRIPT), "up", "flink"], check=True, capture_output=True)  # a new one
-        log, _ = proc.communicate(timeout=600)
+        assert int((RUN / "flink" / "taskmanager-1.pid").read_text()) != victim
+        log, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
+            if jid:
+                urllib.request.urlopen(urllib.request.Request(f"{FLINK}/jobs/{jid}?mode=cancel", method="PATCH"))
     assert proc.returncode == 0, log[-3000:]
     job = rest(f"{FLINK}/jobs/{jid}")
     assert job["state"] == "FINISHED"
@@ -175,5 +178,9 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path, capsys):
     ):
         rc = main(["prepare", "--output", str(out), *args, *flags("flink")])
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-        assert rc == 2 and len(err) == 1 and needle in err[0], err
+        errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
+        assert rc == 2 and len(errors) == 1 and needle in errors[0], err
+        # besides it, only what a remote run says while it runs: no traceback, no worker output
+        assert all(ln.startswith(("tokenmill prepare: submitting", "Job state changed")) for ln in err
+                   if ln not in errors), err
         assert tree(out) == before

@@ -147,12 +147,13 @@ def _announce_remote(options) -> None:
     print(f"tokenmill prepare: submitting to {runner}; the job id and where to watch it follow", file=sys.stderr)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.set_name("tokenmill-remote")
     # ... but not its advice to run the pipeline in a `with` block, which prepare does
     handler.addFilter(lambda r: not str(r.msg).startswith('Environment "'))
     for name in ("apache_beam.runners.dataflow", "apache_beam.runners.portability.portable_runner"):
         logger = logging.getLogger(name)
         logger.setLevel(logging.INFO)
-        logger.addHandler(handler)
+        logger.handlers = [h for h in logger.handlers if h.get_name() != "tokenmill-remote"] + [handler]
         logger.propagate = False
 
 
