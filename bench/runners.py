@@ -17,8 +17,14 @@ count, as they do for a user) with the default job config; only the Beam flags d
 - multi_processing:   --direct_running_mode=multi_processing --direct_num_workers=2
 - portable_loopback:  --runner=PortableRunner --job_endpoint=embed --environment_type=LOOPBACK
                       --direct_num_workers=2
+- flink, flink_external, spark, prism: the engines scripts/cluster.sh runs on this machine
+                      (`scripts/cluster.sh install && scripts/cluster.sh up` first), with the
+                      flags `scripts/cluster.sh flags ENGINE` prints
 
-    python bench/runners.py [--docs 3000] [--modes in_memory,multi_processing] [--repeat 1]
+Each mode also runs an empty job (one empty JSONL file): its fixed cost, the time before and
+after the work (Beam's import, graph, job server and cluster submission, teardown).
+
+    python bench/runners.py [--docs 3000] [--modes in_memory,flink,spark] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -46,6 +52,13 @@ MODES: dict[str, list[str]] = {
     "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK",
                           "--direct_num_workers=2"],
 }
+ENGINES = {"flink": "flink", "flink_external": "flink-external", "spark": "spark", "prism": "prism"}
+
+
+def engine_flags(name: str) -> list[str]:
+    out = subprocess.run([str(REPO / "scripts" / "cluster.sh"), "flags", ENGINES[name]], check=True,
+                         capture_output=True, text=True).stdout
+    return out.split()
 
 
 def copies_of_sample_jsonl(dst: Path, n: int) -> int:
@@ -124,35 +137,43 @@ def run_mode(name: str, flags: list[str], inputs: list[str], out: Path) -> tuple
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=3000, help="about this many input documents (default 3000)")
-    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated subset of {','.join([*MODES, *ENGINES])}")
     ap.add_argument("--repeat", type=int, default=1, help="runs per mode; the best wall time is shown")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in MODES and m not in ENGINES]
     if unknown:
         ap.error(f"unknown mode(s): {', '.join(unknown)}")
+    for m in modes:
+        if m in ENGINES:
+            MODES[m] = engine_flags(m)
 
     with tempfile.TemporaryDirectory(prefix="tokenmill-bench-runners-") as d:
         tmp = Path(d)
         inputs, n, desc = build_input(tmp, args.docs)
+        (tmp / "empty.jsonl").write_text("")
         print(f"input: ~{n:,} documents: {desc}; {os.cpu_count()} CPU(s)")
         rows = []
         for name in modes:
+            fixed, _ = run_mode(name, MODES[name], [str(tmp / "empty.jsonl")], tmp / f"empty-{name}")
             walls, report = [], {}
             for r in range(args.repeat):
                 wall, report = run_mode(name, MODES[name], inputs, tmp / f"out-{name}-{r}")
                 walls.append(wall)
                 shutil.rmtree(tmp / f"out-{name}-{r}", ignore_errors=True)
             docs = report["documents"]
-            rows.append((name, min(walls), docs["read"], docs["kept"], report.get("tokens_kept", 0)))
-            print(f"  {name}: {min(walls):.1f} s", flush=True)
+            rows.append((name, min(walls), fixed, docs["read"], docs["kept"], report.get("tokens_kept", 0)))
+            print(f"  {name}: {min(walls):.1f} s (empty job {fixed:.1f} s)", flush=True)
 
     print()
-    print(f"{'mode':<19} {'wall s':>8} {'docs/s':>8} {'read':>7} {'kept':>7} {'tokens kept':>12}  flags")
-    for name, wall, read, kept, tokens in rows:
-        print(f"{name:<19} {wall:>8.1f} {read / wall:>8.1f} {read:>7,} {kept:>7,} {tokens:>12,}  "
-              f"{' '.join(MODES[name]) or '(none)'}")
-    kept = {r[3] for r in rows}
+    base = rows[0][1]
+    print(f"{'mode':<19} {'wall s':>8} {'x ' + rows[0][0]:>14} {'empty s':>8} {'docs/s':>8} {'read':>7} {'kept':>7} "
+          f"{'tokens kept':>12}  flags")
+    for name, wall, fixed, read, kept, tokens in rows:
+        print(f"{name:<19} {wall:>8.1f} {wall / base:>14.2f} {fixed:>8.1f} {read / wall:>8.1f} {read:>7,} {kept:>7,} "
+              f"{tokens:>12,}  {' '.join(MODES[name]) or '(none)'}")
+    kept = {r[4] for r in rows}
     if len(kept) > 1:
         print("WARNING: the modes kept different numbers of documents")
     fastest = min(rows, key=lambda r: r[1])

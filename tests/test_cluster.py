@@ -106,10 +106,31 @@ def test_spark_matches_in_process(reference, tmp_path):
     assert new[0]["name"].startswith("BeamApp")
 
 
+# Prism 2.62 (the Go runner at the pinned apache-beam) stops at the first fused stage whose side
+# input is a Python-pickled coder it cannot decode; Prism 2.70 breaks the other way (its state API
+# wants a worker id the 2.62 SDK does not send), and 2.63-2.69 do not `go install`. Strict: the
+# day a Prism runs the job, this fails and the mark goes.
+@pytest.mark.xfail(strict=True, reason="Prism 2.62: unknown coder urn key: beam:coder:pickled_python:v1")
 def test_prism_matches_in_process(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     out, rows, report = engine_run("prism", tmp_path)
     assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+
+
+def test_prism_failure_is_one_line(tmp_path, capsys):
+    """Until then, Prism's refusal is what any failed job is: one line, the previous output kept."""
+    from tokenmill.cli import main
+
+    out = tmp_path / "out"
+    assert main(["prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s))]) == 0
+    before = tree(out)
+    capsys.readouterr()
+    assert main(["prepare", "--output", str(out), *flags("prism")]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
+    assert len(errors) == 1 and "pickled_python" in errors[0], err
+    assert not any("Traceback" in ln for ln in err), err
+    assert tree(out) == before
 
 
 def _vertex_running(jid: str, name_part: str) -> bool:
