@@ -148,7 +148,9 @@ taskmanager:
   bind-host: localhost
   host: localhost
   numberOfTaskSlots: 1
-  memory: {process: {size: 1280m}}
+  # a Beam batch job runs all its stages' tasks in a slot at once, each with its own network
+  # buffers: Flink's default share (10% of ~1 GB) ran out on 3,000 pages
+  memory: {process: {size: 2560m}, network: {min: 512m, max: 512m}}
 rest: {address: localhost, bind-address: localhost, port: $FLINK_REST_PORT}
 parallelism: {default: 2}
 # a lost task manager: noticed within seconds, and the job restarts instead of failing
@@ -208,7 +210,7 @@ down_spark() {
 
 up_pool() {  # Beam's worker pool, for --environment_type=EXTERNAL: SDK workers from the venv
   spawn "$RUN/pool/pool.pid" "$RUN/pool/pool.out" env PATH="$(dirname "$PY"):$PATH" \
-    "$PY" -m apache_beam.runners.worker.worker_pool_main --service_port="$POOL_PORT"
+    "$PY" -m tokenmill.pipelines.worker_pool --service_port="$POOL_PORT"
   wait_for "Beam's worker pool (localhost:$POOL_PORT)" 30 \
     "$PY" -c "import socket; socket.create_connection(('localhost', $POOL_PORT), 1)"
   echo "pool: Beam worker pool up, localhost:$POOL_PORT"

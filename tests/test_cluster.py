@@ -17,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import run_prepare
 
@@ -25,6 +26,7 @@ SCRIPT = ROOT / "scripts" / "cluster.sh"
 RUN = Path(os.environ.get("TOKENMILL_CLUSTER_HOME", ROOT / ".cluster")) / "run"
 FLINK = f"http://localhost:{os.environ.get('FLINK_REST_PORT', '8081')}"
 SPARK = f"http://127.0.0.1:{os.environ.get('SPARK_UI_PORT', '8080')}"
+SPARK_DRIVER = "http://127.0.0.1:4040"  # the job server's SparkContext
 SETS = ["tokenize.vocab_size=1000"]
 
 pytestmark = pytest.mark.skipif(os.environ.get("TOKENMILL_CLUSTER") != "1",
@@ -49,11 +51,19 @@ def spark_apps() -> dict[str, dict]:
     return {a["id"]: a for a in rest(f"{SPARK}/json/")["completedapps"]}
 
 
-def tree(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+def tree(out: Path, lock: bool = True) -> dict[str, bytes]:
+    """Every file under ``out`` and its bytes (the lock file, which holds the last run's pid, only
+    if ``lock``)."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and (lock or p.name != ".tokenmill.lock")}
 
 
-def assert_same_output(out: Path, ref: Path, rows, ref_rows, report, ref_report):
+def read_out(out: Path) -> tuple[list[dict], dict]:
+    rows = [r for f in sorted((out / "docs").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return rows, json.loads((out / "report" / "report.json").read_text())
+
+
+def assert_same_output(out: Path, ref: Path, rows, report, ref_rows, ref_report):
     """Same docs rows; byte-identical shards and manifest; same report counts; and the same files
     under OUT, none more (no orphan from a retried bundle or a restarted job)."""
     key = lambda r: r["id"]  # noqa: E731
@@ -78,6 +88,20 @@ def reference(tmp_path_factory):
     return out, rows, report
 
 
+def cli(*args: str) -> tuple[int, list[str]]:
+    """`tokenmill ...` as a user runs it (its own process, its own logging): exit code, stderr lines."""
+    proc = subprocess.run([sys.executable, "-m", "tokenmill.cli", *args], capture_output=True, text=True, timeout=600)
+    return proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]
+
+
+def assert_one_error_line(err: list[str], needle: str) -> None:
+    errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
+    assert len(errors) == 1 and needle in errors[0], err
+    # besides it, only what a remote run says while it runs: no traceback, no worker output
+    assert all(ln.startswith(("tokenmill prepare: submitting", "Job state changed")) for ln in err
+               if ln not in errors), err
+
+
 def engine_run(engine, tmp_path, extra=()):
     out = tmp_path / "out"
     rc, rows, report = run_prepare(out, [], sets=SETS, extra=[*flags(engine), *extra])
@@ -90,7 +114,7 @@ def test_flink_loopback_and_external_match_in_process(reference, tmp_path):
     for engine in ("flink", "flink-external"):
         before = flink_jobs()
         out, rows, report = engine_run(engine, tmp_path / engine)
-        assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+        assert_same_output(out, ref, rows, report, ref_rows, ref_report)
         new = [j for jid, j in flink_jobs().items() if jid not in before]
         assert [j["state"] for j in new] == ["FINISHED"], engine  # it ran on the cluster
         assert new[0]["tasks"]["finished"] == new[0]["tasks"]["total"] > 0
@@ -100,7 +124,7 @@ def test_spark_matches_in_process(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     before = spark_apps()
     out, rows, report = engine_run("spark", tmp_path)
-    assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+    assert_same_output(out, ref, rows, report, ref_rows, ref_report)
     new = [a for aid, a in spark_apps().items() if aid not in before]
     assert [a["state"] for a in new] == ["FINISHED"]  # the Master ran it, on its Worker's executors
     assert new[0]["name"].startswith("BeamApp")
@@ -114,23 +138,18 @@ def test_spark_matches_in_process(reference, tmp_path):
 def test_prism_matches_in_process(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     out, rows, report = engine_run("prism", tmp_path)
-    assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+    assert_same_output(out, ref, rows, report, ref_rows, ref_report)
 
 
-def test_prism_failure_is_one_line(tmp_path, capsys):
+def test_prism_failure_is_one_line(tmp_path):
     """Until then, Prism's refusal is what any failed job is: one line, the previous output kept."""
-    from tokenmill.cli import main
-
     out = tmp_path / "out"
-    assert main(["prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s))]) == 0
-    before = tree(out)
-    capsys.readouterr()
-    assert main(["prepare", "--output", str(out), *flags("prism")]) == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
-    assert len(errors) == 1 and "pickled_python" in errors[0], err
-    assert not any("Traceback" in ln for ln in err), err
-    assert tree(out) == before
+    assert cli("prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s)))[0] == 0
+    before = tree(out, lock=False)
+    rc, err = cli("prepare", "--output", str(out), *flags("prism"))
+    assert rc == 2
+    assert_one_error_line(err, "pickled_python")
+    assert tree(out, lock=False) == before
 
 
 def _vertex_running(jid: str, name_part: str) -> bool:
@@ -169,39 +188,82 @@ def test_flink_survives_a_lost_taskmanager(reference, tmp_path):
     assert job["state"] == "FINISHED"
     history = rest(f"{FLINK}/jobs/{jid}/exceptions")["exceptionHistory"]["entries"]
     assert history, "the job was not restarted: the TaskManager died too late to matter"
-    import glob
-
-    import pyarrow.parquet as pq
-
-    rows = [r for f in sorted(glob.glob(str(out / "docs" / "*.parquet"))) for r in pq.read_table(f).to_pylist()]
-    report = json.loads((out / "report" / "report.json").read_text())
-    assert_same_output(out, ref, rows, ref_rows, report, ref_report)
+    assert_same_output(out, ref, *read_out(out), ref_rows, ref_report)
 
 
-def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path, capsys):
+def _executor_pids() -> list[int]:
+    """The Spark Worker's executor JVMs (its children running CoarseGrainedExecutorBackend)."""
+    worker = int((RUN / "spark" / "worker.pid").read_text())
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            stat = (p / "stat").read_text()
+            cmd = (p / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == worker and b"CoarseGrainedExecutorBackend" in cmd:
+            pids.append(int(p.name))
+    return pids
+
+
+def _spark_tasks_running() -> bool:
+    try:
+        apps = rest(f"{SPARK_DRIVER}/api/v1/applications")
+        stages = rest(f"{SPARK_DRIVER}/api/v1/applications/{apps[0]['id']}/stages?status=active")
+    except (OSError, ValueError, IndexError):
+        return False
+    return any(st["numActiveTasks"] > 0 for st in stages)
+
+
+def test_spark_survives_a_lost_executor(reference, tmp_path):
+    """SIGKILL the executor while the job's tasks run: the Worker starts a new one, Spark runs the
+    lost tasks again, and OUT is what an uninterrupted run writes."""
+    ref, ref_rows, ref_report = reference
+    out = tmp_path / "out"
+    before = spark_apps()
+    argv = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out),
+            *(a for s in SETS for a in ("--set", s)), *flags("spark")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (victims := _executor_pids()) or not _spark_tasks_running():
+            assert proc.poll() is None and time.monotonic() < deadline, "no executor ran the job's tasks"
+            time.sleep(0.2)
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, log[-3000:]
+    new = [a for aid, a in spark_apps().items() if aid not in before]
+    assert [a["state"] for a in new] == ["FINISHED"]
+    # the Worker's own record: the killed executor exited on SIGKILL, and a second one was launched
+    app = new[0]["id"]
+    log = (RUN / "spark" / "log" / "worker.out").read_text()
+    assert f"Executor {app}/0 finished with state EXITED message Command exited with code 137" in log
+    assert f"Asked to launch executor {app}/1 " in log
+    assert_same_output(out, ref, *read_out(out), ref_rows, ref_report)
+
+
+def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
     """A stage that raises on the cluster (a tokenizer with no unknown token meets a word it
     lacks) ends as on the local runners: one line naming the step, the previous output untouched.
     An input that cannot be read is refused by the launcher before anything is submitted."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from tokenmill.cli import main
-
     tok = Tokenizer(models.WordLevel({"</s>": 0, "the": 1}))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "no_unk.json"))
     out = tmp_path / "out"
-    assert main(["prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s))]) == 0
-    before = tree(out)
+    assert cli("prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s)))[0] == 0
+    before = tree(out, lock=False)
     for args, needle in (
         (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={tmp_path / 'no_unk.json'}"],
          "the pipeline failed in step 'Finish'"),
         (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
     ):
-        rc = main(["prepare", "--output", str(out), *args, *flags("flink")])
-        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-        errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
-        assert rc == 2 and len(errors) == 1 and needle in errors[0], err
-        # besides it, only what a remote run says while it runs: no traceback, no worker output
-        assert all(ln.startswith(("tokenmill prepare: submitting", "Job state changed")) for ln in err
-                   if ln not in errors), err
-        assert tree(out) == before
+        rc, err = cli("prepare", "--output", str(out), *args, *flags("flink"))
+        assert rc == 2
+        assert_one_error_line(err, needle)
+        assert tree(out, lock=False) == before

@@ -32,6 +32,10 @@ def _quiet_logging() -> None:
     # A failed step is logged by Beam with its traceback (and re-logged from each worker); the
     # error that ends the run says it in one line (launch.failure).
     logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    # A portable runner's job messages reach the root logger (a failed job's Java and Python
+    # tracebacks among them): the one-line error says what failed.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda r: not (r.name == "root" and f"apache_beam{os.sep}" in r.pathname))
 
 
 def _load_beam() -> None:
