@@ -227,3 +227,22 @@ def test_rehydrated_survivors_repeat_in_the_shards(tmp_path):
     assert clustered, "the sample has duplicate clusters"
     assert all(ids.count(r["id"]) == (3 if (r["dup_cluster_size"] or 1) >= 2 else 1) for r in kept)
     assert len(ids) == len(kept) + 2 * len(clustered)
+
+
+def test_prepare_needs_no_pandas(tmp_path):
+    """The data side is `pip install -e .` (make sample): apache-beam 2.62 brings no pandas, so
+    nothing `prepare` runs may import it (pyarrow's to_pandas_dtype did, in the shard writer)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "class NoPandas:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'pandas':\n"
+            "            raise ModuleNotFoundError(\"No module named 'pandas'\")\n"
+            "sys.meta_path.insert(0, NoPandas())\n"
+            "from tokenmill.cli import main\n"
+            f"sys.exit(main(['prepare', '--output', {str(tmp_path / 'out')!r}, '--quiet']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "out" / "manifest.json").exists()

@@ -96,7 +96,7 @@ class ShardWriter:
         self._writer = pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None))
         self._schema, self._batch_tokens = schema, batch_tokens
         self._value_type = schema.field("tokens").type.value_type
-        self._buf = np.empty(0, dtype=self._value_type.to_pandas_dtype())
+        self._buf = np.empty(0, dtype=pa.array([], type=self._value_type).to_numpy().dtype)  # no pandas
         self._ids: list[str] = []
         self._ends: list[int] = []
         self._pending = 0
