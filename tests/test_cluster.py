@@ -148,8 +148,25 @@ def test_prism_failure_is_one_line(tmp_path):
     before = tree(out, lock=False)
     rc, err = cli("prepare", "--output", str(out), *flags("prism"))
     assert rc == 2
-    assert_one_error_line(err, "pickled_python")
+    # what Prism says before it dies (the unknown coder) or, when it dies first, the broken stream
+    assert_one_error_line(err, "the pipeline failed")
     assert tree(out, lock=False) == before
+
+
+def start_prepare(out: Path, engine: str) -> subprocess.Popen:
+    """`tokenmill prepare` on ``engine`` in its own process, to be disturbed while it runs."""
+    argv = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out),
+            *(a for s in SETS for a in ("--set", s)), *flags(engine)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_until(ready, proc: subprocess.Popen, what: str, seconds: float = 120):
+    """Poll ``ready()`` until it gives something true, while ``proc`` runs; returns that."""
+    deadline = time.monotonic() + seconds
+    while not (got := ready()):
+        assert proc.poll() is None and time.monotonic() < deadline, what
+        time.sleep(0.2)
+    return got
 
 
 def _vertex_running(jid: str, name_part: str) -> bool:
@@ -163,16 +180,10 @@ def test_flink_survives_a_lost_taskmanager(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     out = tmp_path / "out"
     before = flink_jobs()
-    argv = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out),
-            *(a for s in SETS for a in ("--set", s)), *flags("flink")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, jid = start_prepare(out, "flink"), None
     try:
-        deadline = time.monotonic() + 120
-        jid = None
-        while jid is None or not _vertex_running(jid, "Extract"):
-            assert proc.poll() is None and time.monotonic() < deadline, "the job never reached the clean phase"
-            jid = next((j for j in flink_jobs() if j not in before), None)
-            time.sleep(0.2)
+        jid = wait_until(lambda: next((j for j in flink_jobs() if j not in before), None), proc, "no job submitted")
+        wait_until(lambda: _vertex_running(jid, "Extract"), proc, "the job never reached the clean phase")
         victim = int((RUN / "flink" / "taskmanager-1.pid").read_text())
         os.kill(victim, signal.SIGKILL)
         subprocess.run([str(SCRIPT), "up", "flink"], check=True, capture_output=True)  # a new one
@@ -221,14 +232,10 @@ def test_spark_survives_a_lost_executor(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     out = tmp_path / "out"
     before = spark_apps()
-    argv = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out),
-            *(a for s in SETS for a in ("--set", s)), *flags("spark")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_prepare(out, "spark")
     try:
-        deadline = time.monotonic() + 120
-        while not (victims := _executor_pids()) or not _spark_tasks_running():
-            assert proc.poll() is None and time.monotonic() < deadline, "no executor ran the job's tasks"
-            time.sleep(0.2)
+        victims = wait_until(lambda: _spark_tasks_running() and _executor_pids(), proc,
+                             "no executor ran the job's tasks")
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
         log, _ = proc.communicate(timeout=300)

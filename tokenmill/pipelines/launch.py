@@ -98,9 +98,10 @@ def _portable_runner():
     return PortableRunner
 
 
-def harness_in_launcher(options: PipelineOptions) -> bool:
-    """Whether a portable job's Python stages run in this process (LOOPBACK)."""
-    return (options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK"
+def harness_in_launcher(options: PipelineOptions, runner: PipelineRunner) -> bool:
+    """Whether a portable job's Python stages run in this process (LOOPBACK; Prism's default)."""
+    env = options.view_as(PortableOptions).environment_type
+    return (env or ("LOOPBACK" if type(runner).__name__ == "PrismRunner" else "")).upper() == "LOOPBACK"
 
 
 def _filesystem(path: str) -> str:
@@ -123,7 +124,7 @@ def check_paths_reach_workers(options: PipelineOptions, runner: PipelineRunner, 
     --input or --output is one line before anything is submitted (unless it is a network mount,
     or the Python stages run here: LOOPBACK)."""
     host = cluster_host(options, runner)
-    if not host or harness_in_launcher(options):
+    if not host or harness_in_launcher(options, runner):
         return
     for flag, values in paths.items():
         for path in values:
@@ -150,6 +151,14 @@ def _is_teardown(exc: BaseException) -> bool:
     return (callable(code) and getattr(code(), "name", "") == "CANCELLED") or "Channel closed prematurely" in str(exc)
 
 
+def _is_fallout(exc: BaseException) -> bool:
+    # Once the job has ended, a gRPC stream that breaks (a runner that went away, as a crashed
+    # Prism does) is the end already reported, not news.
+    import grpc
+
+    return _is_teardown(exc) or isinstance(exc, grpc.RpcError) or "Socket closed" in str(exc)
+
+
 @contextlib.contextmanager
 def harness_output(options: PipelineOptions, runner: PipelineRunner):
     """For a job on a portable runner (Flink, Spark, Prism, a job server) whose Python stages run in
@@ -157,7 +166,7 @@ def harness_output(options: PipelineOptions, runner: PipelineRunner):
     again for every retry; the stream errors of each environment the runner tears down) goes to a
     log file instead of the user's terminal. Yields that file's path; it is removed after a run that
     succeeds, and kept (the one-line error names it) after one that fails."""
-    if not (isinstance(runner, _portable_runner()) and harness_in_launcher(options)):
+    if not (isinstance(runner, _portable_runner()) and harness_in_launcher(options, runner)):
         yield None
         return
     log = _HarnessLog()
@@ -178,7 +187,7 @@ def harness_output(options: PipelineOptions, runner: PipelineRunner):
     finally:
         sys.stderr = old_stderr
         # The harness's threads outlive the job by a moment; what they say then is teardown too.
-        threading.excepthook = lambda args: None if _is_teardown(args.exc_value) else old_hook(args)
+        threading.excepthook = lambda args: None if _is_fallout(args.exc_value) else old_hook(args)
         if ok:
             with contextlib.suppress(OSError):
                 os.unlink(log.path)
@@ -198,8 +207,11 @@ def failure(e: BaseException, out: str, log: str | None = None) -> UserError:
     if any(isinstance(c, OSError) and c.errno == errno.ENOSPC for c in _chain(e)) or "No space left on device" in text:
         return UserError(f"disk full while writing {out}; the previous output is untouched")
     step = re.findall(r"\[while running '([^']+)'\]", text)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
-    last = lines[-1] if lines else type(e).__name__
+    # gRPC's errors end in a line of their own repr (">"); what they say is in `details = "..."`
+    details = re.findall(r'details = "([^"]*)"', text)
+    lines = [ln.strip() for ln in text.splitlines()
+             if re.search(r"\w", ln) and not ln.startswith((" ", "\t", "Traceback"))]
+    last = details[-1] if details else lines[-1] if lines else type(e).__name__
     where = f" in step {step[-1].split('/')[0]!r}" if step else ""
     logged = f" (worker log: {log})" if log else ""
     return UserError(f"the pipeline failed{where}: {last[:500]}; the previous output in {out} is untouched{logged}")
