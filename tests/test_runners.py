@@ -80,3 +80,33 @@ def test_same_survivors_texts_and_shards(runs):
         for info in manifest["splits"].values():
             for s in info["shards"]:
                 assert (d / s["file"]).read_bytes() == (ref_dir / s["file"]).read_bytes()
+
+
+@pytest.mark.parametrize("flags, paths, refused", [
+    # workers on another host, outside the launcher: a local path is their own disk
+    (["--runner=FlinkRunner", "--flink_master=flink-host:8081", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:50000"], {"--output": ["out"]}, True),
+    (["--runner=SparkRunner", "--spark_master_url=spark://spark-host:7077", "--environment_type=DOCKER"],
+     {"--input": ["crawl/"], "--output": ["gs://b/out"]}, True),
+    (["--runner=PortableRunner", "--job_endpoint=jobs.example:8099"], {"--output": ["/data/out"]}, True),
+    # reachable: object stores, the cluster on this machine, or the Python stages in the launcher
+    (["--runner=FlinkRunner", "--flink_master=flink-host:8081", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:50000"], {"--input": ["s3://b/in"], "--output": ["gs://b/out"]}, False),
+    (["--runner=FlinkRunner", "--flink_master=localhost:8081", "--environment_type=EXTERNAL",
+      "--environment_config=localhost:50000"], {"--output": ["out"]}, False),
+    (["--runner=FlinkRunner", "--flink_master=flink-host:8081", "--environment_type=LOOPBACK"], {"--output": ["out"]}, False),
+    (["--runner=SparkRunner"], {"--output": ["out"]}, False),  # local[4]
+    ([], {"--output": ["out"]}, False),
+])
+def test_a_local_path_with_a_remote_cluster_is_one_line(flags, paths, refused):
+    from tokenmill.errors import UserError
+    from tokenmill.pipelines import launch
+
+    options, runner = launch.beam_options(flags)
+    if not refused:
+        launch.check_paths_reach_workers(options, runner, paths)
+        return
+    with pytest.raises(UserError) as e:
+        launch.check_paths_reach_workers(options, runner, paths)
+    line = str(e.value)
+    assert "\n" not in line and "this machine's disk" in line and ("-host" in line or "jobs.example" in line)

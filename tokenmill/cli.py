@@ -87,6 +87,8 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         # The live line only on a terminal: redirected to a file it would be noise.
         display = progress.Display() if sys.stdout.isatty() and sys.stderr.isatty() else None
     else:
+        # refused before "submitting" is said (prepare.run checks it again for every caller)
+        launch.check_paths_reach_workers(options, runner, {"--input": cfg.inputs, "--output": [cfg.output]})
         _announce_remote(options)
     report_path = prepare.run(cfg, beam_args, display)
     if cfg.report.enabled:
