@@ -150,7 +150,14 @@ def _announce_remote(options) -> None:
     from apache_beam.options.pipeline_options import StandardOptions
 
     runner = str(options.view_as(StandardOptions).runner)
-    print(f"tokenmill prepare: submitting to {runner}; the job id and where to watch it follow", file=sys.stderr)
+    opts = options.get_all_options(retain_unknown_options=True)
+    # Beam's Flink and Spark job servers print no console URL: the engines' own web UIs
+    where = {"FlinkRunner": f"watch it at http://{opts.get('flink_master')}/#/job/running; its state follows",
+             "SparkRunner": f"watch it on {opts.get('spark_master_url')}'s web UI (port 8080 by default); "
+                            "its state follows"
+             if str(opts.get("spark_master_url", "")).startswith("spark://") else None}.get(runner)
+    print(f"tokenmill prepare: submitting to {runner}; {where or 'the job id and where to watch it follow'}",
+          file=sys.stderr)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     handler.set_name("tokenmill-remote")
