@@ -130,10 +130,10 @@ def test_spark_matches_in_process(reference, tmp_path):
     assert new[0]["name"].startswith("BeamApp")
 
 
-# Prism 2.62 (the Go runner at the pinned apache-beam) stops at the first fused stage whose side
-# input is a Python-pickled coder it cannot decode; Prism 2.70 breaks the other way (its state API
-# wants a worker id the 2.62 SDK does not send), and 2.63 does not `go install`. Strict: the
-# day a Prism runs the job, this fails and the mark goes.
+# Prism 2.62 (the Go runner at the pinned apache-beam) stops at the first fused stage on a
+# Python-pickled coder it cannot cut, or overflows its stack on a coder it rewrote to contain
+# itself; Prism 2.65 and 2.70 want a worker id on the state channel that the 2.62 SDK does not send.
+# Strict: the day a Prism runs the job, this fails and the mark goes.
 @pytest.mark.xfail(strict=True, reason="Prism 2.62: unknown coder urn key: beam:coder:pickled_python:v1")
 def test_prism_matches_in_process(reference, tmp_path):
     ref, ref_rows, ref_report = reference
