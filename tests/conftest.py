@@ -1,8 +1,12 @@
+import contextlib
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -30,11 +34,16 @@ def run_prepare(out: Path, inputs: list, sets: list[str] = (), extra: list[str] 
     for s in sets:
         argv += ["--set", s]
     rc = main(argv + list(extra))
+    return rc, *read_output(out)
+
+
+def read_output(out: Path) -> tuple[list[dict], dict]:
+    """A prepare output's doc rows and report ({} without one)."""
     files = sorted(glob.glob(str(out / "docs" / "*.parquet")))
     rows = [r for f in files for r in pq.read_table(f).to_pylist()]
     report_path = out / "report" / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
-    return rc, rows, report
+    return rows, report
 
 
 def by_id(rows: list[dict]) -> dict[str, dict]:
@@ -70,3 +79,64 @@ def render_in_chromium(page: Path, tmp_path: Path, height: int = 2400) -> str:
     assert shot.exists() and shot.stat().st_size > 30_000, run.stderr[-2000:]
     assert "CONSOLE" not in run.stderr and "Uncaught" not in run.stderr  # no console errors
     return subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+
+
+# ---------------------------------------------------------------- `tokenmill prepare` in its own process
+# What a user sees on stderr includes what Beam and its worker processes log, which an in-process
+# run under pytest would hide (test_hostile_prepare, test_cluster).
+
+TOKENMILL = str(Path(sys.executable).with_name("tokenmill"))  # the venv's console script
+if not os.path.exists(TOKENMILL):
+    TOKENMILL = shutil.which("tokenmill") or TOKENMILL
+
+
+def prepare(out: Path, inputs: list, *args: str, timeout: float = 120) -> tuple[int, str, str]:
+    """`tokenmill prepare` in its own process: (exit code, stdout, stderr)."""
+    argv = [TOKENMILL, "prepare", "--output", str(out)]
+    for i in inputs:
+        argv += ["--input", str(i)]
+    p = subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def start_prepare(out: Path, inputs: list, *args: str) -> subprocess.Popen:
+    """A prepare running in the background, in its own process group (as a terminal's job is)."""
+    argv = [TOKENMILL, "prepare", "--output", str(out)]
+    for i in inputs:
+        argv += ["--input", str(i)]
+    return subprocess.Popen(argv + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen):
+    """Whatever a test asserts, a run it started does not outlive it."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_for(what, timeout: float = 60, proc: subprocess.Popen | None = None):
+    """Poll ``what()`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        assert proc is None or proc.poll() is None, f"the run ended first: {proc.communicate()}"
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def snapshot(out: Path) -> dict[str, bytes]:
+    """Every file under OUT and its bytes; the lock file holds the pid of the latest run."""
+    from tokenmill.pipelines import output
+
+
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != output.LOCK_NAME}
+
+

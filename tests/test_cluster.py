@@ -12,14 +12,11 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from conftest import run_prepare
+from conftest import prepare, read_output, reaped, run_prepare, snapshot, start_prepare, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cluster.sh"
@@ -28,6 +25,7 @@ FLINK = f"http://localhost:{os.environ.get('FLINK_REST_PORT', '8081')}"
 SPARK = f"http://127.0.0.1:{os.environ.get('SPARK_UI_PORT', '8080')}"
 SPARK_DRIVER = "http://127.0.0.1:4040"  # the job server's SparkContext
 SETS = ["tokenize.vocab_size=1000"]
+SET_ARGS = [a for s in SETS for a in ("--set", s)]
 
 pytestmark = pytest.mark.skipif(os.environ.get("TOKENMILL_CLUSTER") != "1",
                                 reason="needs the local clusters: make test-cluster")
@@ -51,18 +49,6 @@ def spark_apps() -> dict[str, dict]:
     return {a["id"]: a for a in rest(f"{SPARK}/json/")["completedapps"]}
 
 
-def tree(out: Path, lock: bool = True) -> dict[str, bytes]:
-    """Every file under ``out`` and its bytes (the lock file, which holds the last run's pid, only
-    if ``lock``)."""
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and (lock or p.name != ".tokenmill.lock")}
-
-
-def read_out(out: Path) -> tuple[list[dict], dict]:
-    rows = [r for f in sorted((out / "docs").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
-    return rows, json.loads((out / "report" / "report.json").read_text())
-
-
 def assert_same_output(out: Path, ref: Path, rows, report, ref_rows, ref_report):
     """Same docs rows; byte-identical shards and manifest; same report counts; and the same files
     under OUT, none more (no orphan from a retried bundle or a restarted job)."""
@@ -70,10 +56,10 @@ def assert_same_output(out: Path, ref: Path, rows, report, ref_rows, ref_report)
     assert sorted(rows, key=key) == sorted(ref_rows, key=key)
     for k in ("documents", "dropped_by", "dedup", "tokens", "languages"):
         assert report.get(k) == ref_report.get(k), k
-    got, want = tree(out), tree(ref)
+    got, want = snapshot(out), snapshot(ref)  # every file but the lock (it holds a pid)
     assert sorted(got) == sorted(want)
-    # byte for byte, but for the lock (its pid) and the OUT path the manifest and report record
-    unlike = {".tokenmill.lock", "manifest.json", "report/report.json"}
+    # byte for byte, but for the OUT path the manifest and report record
+    unlike = {"manifest.json", "report/report.json"}
     assert {k: v for k, v in got.items() if k not in unlike} == {k: v for k, v in want.items() if k not in unlike}
     for name in ("manifest.json", "report/report.json"):
         mine = got[name].decode().replace(json.dumps(str(out))[1:-1], json.dumps(str(ref))[1:-1])
@@ -88,13 +74,8 @@ def reference(tmp_path_factory):
     return out, rows, report
 
 
-def cli(*args: str) -> tuple[int, list[str]]:
-    """`tokenmill ...` as a user runs it (its own process, its own logging): exit code, stderr lines."""
-    proc = subprocess.run([sys.executable, "-m", "tokenmill.cli", *args], capture_output=True, text=True, timeout=600)
-    return proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]
-
-
-def assert_one_error_line(err: list[str], needle: str) -> None:
+def assert_one_error_line(stderr: str, needle: str) -> None:
+    err = [ln for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
     assert len(errors) == 1 and needle in errors[0], err
     # besides it, only what a remote run says while it runs: no traceback, no worker output
@@ -144,29 +125,13 @@ def test_prism_matches_in_process(reference, tmp_path):
 def test_prism_failure_is_one_line(tmp_path):
     """Until then, Prism's refusal is what any failed job is: one line, the previous output kept."""
     out = tmp_path / "out"
-    assert cli("prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s)))[0] == 0
-    before = tree(out, lock=False)
-    rc, err = cli("prepare", "--output", str(out), *flags("prism"))
+    assert prepare(out, [], *SET_ARGS, timeout=600)[0] == 0
+    before = snapshot(out)
+    rc, _, err = prepare(out, [], *flags("prism"), timeout=600)
     assert rc == 2
     # what Prism says before it dies (the unknown coder) or, when it dies first, the broken stream
     assert_one_error_line(err, "the pipeline failed")
-    assert tree(out, lock=False) == before
-
-
-def start_prepare(out: Path, engine: str) -> subprocess.Popen:
-    """`tokenmill prepare` on ``engine`` in its own process, to be disturbed while it runs."""
-    argv = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out),
-            *(a for s in SETS for a in ("--set", s)), *flags(engine)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_until(ready, proc: subprocess.Popen, what: str, seconds: float = 120):
-    """Poll ``ready()`` until it gives something true, while ``proc`` runs; returns that."""
-    deadline = time.monotonic() + seconds
-    while not (got := ready()):
-        assert proc.poll() is None and time.monotonic() < deadline, what
-        time.sleep(0.2)
-    return got
+    assert snapshot(out) == before
 
 
 def _vertex_running(jid: str, name_part: str) -> bool:
@@ -180,26 +145,25 @@ def test_flink_survives_a_lost_taskmanager(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     out = tmp_path / "out"
     before = flink_jobs()
-    proc, jid = start_prepare(out, "flink"), None
+    jid = None
     try:
-        jid = wait_until(lambda: next((j for j in flink_jobs() if j not in before), None), proc, "no job submitted")
-        wait_until(lambda: _vertex_running(jid, "Extract"), proc, "the job never reached the clean phase")
-        victim = int((RUN / "flink" / "taskmanager-1.pid").read_text())
-        os.kill(victim, signal.SIGKILL)
-        subprocess.run([str(SCRIPT), "up", "flink"], check=True, capture_output=True)  # a new one
-        assert int((RUN / "flink" / "taskmanager-1.pid").read_text()) != victim
-        log, _ = proc.communicate(timeout=300)
+        with reaped(start_prepare(out, [], *SET_ARGS, *flags("flink"))) as proc:
+            jid = wait_for(lambda: next((j for j in flink_jobs() if j not in before), None), 120, proc)
+            wait_for(lambda: _vertex_running(jid, "Extract"), 120, proc)  # the clean phase
+            victim = int((RUN / "flink" / "taskmanager-1.pid").read_text())
+            os.kill(victim, signal.SIGKILL)
+            subprocess.run([str(SCRIPT), "up", "flink"], check=True, capture_output=True)  # a new one
+            assert int((RUN / "flink" / "taskmanager-1.pid").read_text()) != victim
+            _, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            if jid:
-                urllib.request.urlopen(urllib.request.Request(f"{FLINK}/jobs/{jid}?mode=cancel", method="PATCH"))
-    assert proc.returncode == 0, log[-3000:]
+        if jid and flink_jobs()[jid]["state"] not in ("FINISHED", "FAILED", "CANCELED"):
+            urllib.request.urlopen(urllib.request.Request(f"{FLINK}/jobs/{jid}?mode=cancel", method="PATCH"))
+    assert proc.returncode == 0, err[-3000:]
     job = rest(f"{FLINK}/jobs/{jid}")
     assert job["state"] == "FINISHED"
     history = rest(f"{FLINK}/jobs/{jid}/exceptions")["exceptionHistory"]["entries"]
     assert history, "the job was not restarted: the TaskManager died too late to matter"
-    assert_same_output(out, ref, *read_out(out), ref_rows, ref_report)
+    assert_same_output(out, ref, *read_output(out), ref_rows, ref_report)
 
 
 def _executor_pids() -> list[int]:
@@ -232,17 +196,12 @@ def test_spark_survives_a_lost_executor(reference, tmp_path):
     ref, ref_rows, ref_report = reference
     out = tmp_path / "out"
     before = spark_apps()
-    proc = start_prepare(out, "spark")
-    try:
-        victims = wait_until(lambda: _spark_tasks_running() and _executor_pids(), proc,
-                             "no executor ran the job's tasks")
+    with reaped(start_prepare(out, [], *SET_ARGS, *flags("spark"))) as proc:
+        victims = wait_for(lambda: _spark_tasks_running() and _executor_pids(), 120, proc)
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
-        log, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, log[-3000:]
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
     new = [a for aid, a in spark_apps().items() if aid not in before]
     assert [a["state"] for a in new] == ["FINISHED"]
     # the Worker's own record: the killed executor exited on SIGKILL, and a second one was launched
@@ -250,7 +209,7 @@ def test_spark_survives_a_lost_executor(reference, tmp_path):
     log = (RUN / "spark" / "log" / "worker.out").read_text()
     assert f"Executor {app}/0 finished with state EXITED message Command exited with code 137" in log
     assert f"Asked to launch executor {app}/1 " in log
-    assert_same_output(out, ref, *read_out(out), ref_rows, ref_report)
+    assert_same_output(out, ref, *read_output(out), ref_rows, ref_report)
 
 
 def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
@@ -263,14 +222,14 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "no_unk.json"))
     out = tmp_path / "out"
-    assert cli("prepare", "--output", str(out), *(a for s in SETS for a in ("--set", s)))[0] == 0
-    before = tree(out, lock=False)
+    assert prepare(out, [], *SET_ARGS, timeout=600)[0] == 0
+    before = snapshot(out)
     for args, needle in (
         (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={tmp_path / 'no_unk.json'}"],
          "the pipeline failed in step 'Finish'"),
         (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
     ):
-        rc, err = cli("prepare", "--output", str(out), *args, *flags("flink"))
+        rc, _, err = prepare(out, [], *args, *flags("flink"), timeout=600)
         assert rc == 2
         assert_one_error_line(err, needle)
-        assert tree(out, lock=False) == before
+        assert snapshot(out) == before

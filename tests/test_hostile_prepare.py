@@ -5,7 +5,6 @@ Runs that check stderr run `tokenmill` as a separate process: what a user sees t
 what Beam and its worker processes log, which an in-process run under pytest would hide.
 """
 
-import contextlib
 import glob
 import json
 import os
@@ -14,13 +13,12 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_prepare
+from conftest import TOKENMILL, prepare, reaped, run_prepare, snapshot, start_prepare, wait_for
 
 from tokenmill.cli import main
 from tokenmill.config import LanguageConfig
@@ -29,9 +27,6 @@ from tokenmill.pipelines.inspect import inspect_output
 from tokenmill.transforms.langid import check_languages
 from tokenmill.transforms.tokenize import train_tokenizer
 
-TOKENMILL = str(Path(sys.executable).with_name("tokenmill"))  # the venv's console script
-if not os.path.exists(TOKENMILL):
-    TOKENMILL = shutil.which("tokenmill") or TOKENMILL
 MULTI = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 WORDS = ("garden weather spring tomato bean river mountain city train music paper window table light market "
          "coffee bread winter summer autumn forest ocean letter street doctor school morning evening").split()
@@ -40,59 +35,12 @@ WORDS = ("garden weather spring tomato bean river mountain city train music pape
 # ---------------------------------------------------------------- helpers
 
 
-def prepare(out: Path, inputs: list, *args: str, timeout: float = 120) -> tuple[int, str, str]:
-    """`tokenmill prepare` in its own process: (exit code, stdout, stderr)."""
-    argv = [TOKENMILL, "prepare", "--output", str(out)]
-    for i in inputs:
-        argv += ["--input", str(i)]
-    p = subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
-
-
-def start_prepare(out: Path, inputs: list, *args: str) -> subprocess.Popen:
-    """A prepare running in the background, in its own process group (as a terminal's job is)."""
-    argv = [TOKENMILL, "prepare", "--output", str(out)]
-    for i in inputs:
-        argv += ["--input", str(i)]
-    return subprocess.Popen(argv + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-@contextlib.contextmanager
-def reaped(proc: subprocess.Popen):
-    """Whatever a test asserts, a run it started does not outlive it."""
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def wait_for(what, timeout: float = 60, proc: subprocess.Popen | None = None):
-    """Poll ``what()`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        assert proc is None or proc.poll() is None, f"the run ended first: {proc.communicate()}"
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def one_error_line(stderr: str) -> str:
     """The whole of stderr is one `tokenmill: error: ...` line."""
     assert "Traceback" not in stderr, stderr
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("tokenmill: error: "), stderr
     return lines[0]
-
-
-def snapshot(out: Path) -> dict[str, bytes]:
-    """Every file under OUT and its bytes; the lock file holds the pid of the latest run."""
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name != output.LOCK_NAME}
 
 
 def leftovers(out: Path) -> list[str]:

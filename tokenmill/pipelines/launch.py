@@ -136,14 +136,6 @@ def check_paths_reach_workers(options: PipelineOptions, runner: PipelineRunner, 
                 f"or run the Python stages here with --environment_type=LOOPBACK")
 
 
-class _HarnessLog:
-    """Where a LOOPBACK job's SDK harness, which runs in the launcher, writes while the job runs."""
-
-    def __init__(self):
-        fd, self.path = tempfile.mkstemp(prefix="tokenmill-harness-", suffix=".log")
-        self.file = os.fdopen(fd, "w", buffering=1, errors="replace")
-
-
 def _is_teardown(exc: BaseException) -> bool:
     # A runner ends each stage's SDK environment by closing its gRPC streams: the harness's reader
     # threads then die with CANCELLED, and a bundle still waiting for input with "Channel closed".
@@ -169,7 +161,8 @@ def harness_output(options: PipelineOptions, runner: PipelineRunner):
     if not (isinstance(runner, _portable_runner()) and harness_in_launcher(options, runner)):
         yield None
         return
-    log = _HarnessLog()
+    fd, path = tempfile.mkstemp(prefix="tokenmill-harness-", suffix=".log")
+    log = os.fdopen(fd, "w", buffering=1, errors="replace")  # left open: harness threads outlive the job
     old_stderr, old_hook = sys.stderr, threading.excepthook
 
     def hook(args):
@@ -177,12 +170,12 @@ def harness_output(options: PipelineOptions, runner: PipelineRunner):
             return
         import traceback
 
-        traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=log.file)
+        traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=log)
 
-    sys.stderr, threading.excepthook = log.file, hook
+    sys.stderr, threading.excepthook = log, hook
     ok = False
     try:
-        yield log.path
+        yield path
         ok = True
     finally:
         sys.stderr = old_stderr
@@ -190,7 +183,7 @@ def harness_output(options: PipelineOptions, runner: PipelineRunner):
         threading.excepthook = lambda args: None if _is_fallout(args.exc_value) else old_hook(args)
         if ok:
             with contextlib.suppress(OSError):
-                os.unlink(log.path)
+                os.unlink(path)
 
 
 def _chain(e: BaseException) -> list[BaseException]:
