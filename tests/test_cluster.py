@@ -7,6 +7,7 @@ restart, not a row; a job that fails on the cluster ends in one line.
 Run by `make test-cluster` (which brings the engines up and down); skipped unless
 TOKENMILL_CLUSTER=1, so `make test` stays fast."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -134,6 +135,16 @@ def test_prism_failure_is_one_line(tmp_path):
     assert snapshot(out) == before
 
 
+def job_servers() -> set[int]:
+    """The Beam job-server JVMs running on this machine."""
+    found = set()
+    for p in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if p.name.isdigit() and b"-job-server-" in (p / "cmdline").read_bytes():
+                found.add(int(p.name))
+    return found
+
+
 def _vertex_running(jid: str, name_part: str) -> bool:
     job = rest(f"{FLINK}/jobs/{jid}")
     return any(name_part in v["name"] and v["status"] == "RUNNING" for v in job["vertices"])
@@ -223,7 +234,7 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
     tok.save(str(tmp_path / "no_unk.json"))
     out = tmp_path / "out"
     assert prepare(out, [], *SET_ARGS, timeout=600)[0] == 0
-    before = snapshot(out)
+    before, servers = snapshot(out), job_servers()
     for args, needle in (
         (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={tmp_path / 'no_unk.json'}"],
          "the pipeline failed in step 'Finish'"),
@@ -233,3 +244,4 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
         assert rc == 2
         assert_one_error_line(err, needle)
         assert snapshot(out) == before
+        assert job_servers() <= servers  # the job server Beam started for the job ended with it
