@@ -78,10 +78,10 @@ def reference(tmp_path_factory):
 def assert_one_error_line(stderr: str, needle: str) -> None:
     err = [ln for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in err if ln.startswith("tokenmill: error:")]
-    assert len(errors) == 1 and needle in errors[0], err
+    assert len(errors) == 1 and needle in errors[0], stderr
     # besides it, only what a remote run says while it runs: no traceback, no worker output
     assert all(ln.startswith(("tokenmill prepare: submitting", "Job state changed")) for ln in err
-               if ln not in errors), err
+               if ln not in errors), stderr
 
 
 def engine_run(engine, tmp_path, extra=()):

@@ -435,12 +435,14 @@ def entry() -> None:
     flushed, a Beam verb's process ends at once."""
     code = main()
     if sys.argv[1:2] in (["prepare"], ["refilter"]):
-        # os._exit skips atexit, where Beam stops what it started for the job: the Flink or Spark
-        # job server's JVM (350-650 MB each; every cluster run left one behind until 44 of them
-        # had the kernel kill a TaskManager) and the LOOPBACK worker's servers.
-        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+        # os._exit skips atexit, where Beam stops what it started for the job: the Flink or Spark
+        # job server's JVM (350-650 MB each; every cluster run left one behind until 44 of them
+        # had the kernel kill a TaskManager) and the LOOPBACK worker's servers. The run's last
+        # line is said: what the SDK harness's threads print while they are stopped is not news.
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+            atexit._run_exitfuncs()
         os._exit(code)
     sys.exit(code)
 
