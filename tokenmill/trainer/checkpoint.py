@@ -8,13 +8,20 @@ few integers: step, samples consumed, ...; and the tokenizer's sha256) and the C
 fsyncs, and renames the folder into place. A kill at any moment leaves either the old
 checkpoint or the new one, never a half-written folder under a real name; leftovers are swept
 at the next start. DCP reshards on load, so a run may resume on a different number of ranks.
+
+A run folder may come from someone else, so loading one runs no code from it: DCP reads its
+``.metadata`` with ``pickle.load`` and its non-tensor items with ``torch.load(weights_only=False)``;
+``load_checkpoint`` reads the first through an unpickler that knows only DCP's metadata classes
+and the second with ``weights_only=True``. Anything else in those files is refused in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
+import pickle
 import re
 import shutil
 
@@ -202,9 +209,84 @@ class Saver:
             prune(os.path.dirname(path), self.keep)
 
 
+# What DCP's own .metadata pickles name, and nothing that can run code: its dataclasses, the
+# tensor shapes, dtypes and layouts they hold, and the checkpoint's path.
+_METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": {"Metadata", "StorageMeta", "MetadataIndex", "TensorStorageMetadata",
+                                              "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
+                                              "_MEM_FORMAT_ENCODING"},
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"Path", "PosixPath", "PurePosixPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        import torch
+
+        if name in _METADATA_GLOBALS.get(module, ()) or (
+                module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which a DCP checkpoint's metadata never holds")
+
+
+def _read_metadata(meta_path: str):
+    """A DCP .metadata file read without running code from it; UserError if it is anything else."""
+    import torch.distributed.checkpoint as dcp
+
+    with open(meta_path, "rb") as fh:
+        try:
+            metadata = _MetadataUnpickler(fh).load()
+        except Exception as e:
+            raise UserError(f"{meta_path}: not a checkpoint's metadata, refused unread ({first_line(e)})") from None
+    if not isinstance(metadata, dcp.metadata.Metadata):
+        raise UserError(f"{meta_path}: not a checkpoint's metadata (it holds a {type(metadata).__name__})")
+    return metadata
+
+
+def load_checkpoint(sd: dict, path: str, no_dist: bool = False) -> None:
+    """``dcp.load(sd, checkpoint_id=path)`` that runs no code from the files it reads (see the
+    module docstring); a file that would is refused before DCP starts, naming it."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    checked = _read_metadata(os.path.join(path, ".metadata"))
+
+    class Reader(dcp.FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            rank = kwargs.get("rank")
+            metadata = checked if rank is None else _read_metadata(str(self._get_metadata_path(rank)))
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = dcp.metadata.StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class Planner(dcp.DefaultLoadPlanner):
+        def load_bytes(self, read_item, value):
+            try:
+                loaded = torch.load(value, weights_only=True)
+            except Exception as e:
+                raise UserError(f"{path}: item {read_item.dest_index.fqn} is not plain data, refused unread "
+                                f"({first_line(e)})") from None
+            super().load_bytes(read_item, io.BytesIO(_dumps(loaded)))
+
+    dcp.load(sd, storage_reader=Reader(path), planner=Planner(), no_dist=no_dist)
+
+
+def _dumps(value) -> bytes:
+    """``value`` as DefaultLoadPlanner.load_bytes reads it (its torch.load of plain data)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
 def load(path: str, model, optim) -> dict:
     """Collective: fill the (sharded) model and optimizer from ``path``; returns trainer.json."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
         get_optimizer_state_dict,
@@ -214,7 +296,9 @@ def load(path: str, model, optim) -> dict:
 
     sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optim)}
     try:
-        dcp.load(sd, checkpoint_id=path)
+        load_checkpoint(sd, path)
+    except UserError:
+        raise
     except Exception as e:
         raise UserError(f"cannot resume from {path}: it does not match this model and optimizer "
                         f"(changed model.* settings? use a new --run-dir): {first_line(e)}") from None

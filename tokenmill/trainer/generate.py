@@ -49,14 +49,12 @@ def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
         from tokenmill.trainer.export import load_exported
 
         return load_exported(hf), os.path.join(hf, "tokenizer.json"), hf_config.get("eos_token_id"), hf
-    import torch.distributed.checkpoint as dcp
-
     with open(shape, encoding="utf-8") as fh:
         model = Transformer(ModelArgs(**json.load(fh)))
     sd = {"model": model.state_dict()}
     with warnings.catch_warnings():  # "torch.distributed is disabled": one process is the point
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(sd, checkpoint_id=path, no_dist=True)
+        ckpt.load_checkpoint(sd, path, no_dist=True)
     model.load_state_dict(sd["model"])
     return model.float().eval(), tokenizer_json, ckpt.read_state(path).get("eos_id"), path
 
