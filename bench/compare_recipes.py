@@ -17,10 +17,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, REPO)
+from tokenmill.private import cache_dir_or_temp  # noqa: E402
+
 SHARED = os.environ.get("TOKENMILL_SHARED_DATA", os.path.join(REPO, "..", "shared", "data"))
 TOKENMILL = os.path.join(os.path.dirname(sys.executable), "tokenmill")
 BEAM = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
@@ -38,8 +40,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=1_500_000, help="training tokens per arm")
     ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "tokenmill_compare_recipes"))
+    ap.add_argument("--work", default=None, help="default: a private cache folder (reused between runs)")
     a = ap.parse_args()
+    # reused between runs (finished arms are kept): a private folder, never a fixed name in the shared /tmp
+    a.work = a.work or os.path.join(cache_dir_or_temp("bench"), "compare_recipes")
     html = os.path.join(SHARED, "html_extraction")
     gold = os.path.join(html, "scrapinghub_aeb", "ground-truth.json")
     if not os.path.exists(gold):

@@ -18,7 +18,6 @@ import hashlib
 import logging
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -27,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 logging.basicConfig(level=logging.ERROR)  # Beam's import-time noise
 
 from tokenmill.data import PackedDataset, loader  # noqa: E402
+from tokenmill.private import cache_dir_or_temp  # noqa: E402
 from tokenmill.trainer import data as D  # noqa: E402
 from tokenmill.transforms.shards import write_manifest, write_shard  # noqa: E402
 
@@ -82,7 +82,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    out = a.dir or os.path.join(tempfile.gettempdir(), f"tokenmill_bench_loader_{a.tokens}")
+    # reused between runs: a private folder, never a fixed name in the shared temp folder (tokenmill/private.py)
+    out = a.dir or os.path.join(cache_dir_or_temp("bench"), f"loader_{a.tokens}")
     if not os.path.exists(os.path.join(out, "manifest.json")):
         t = time.perf_counter()
         build(out, a.tokens, a.shards)

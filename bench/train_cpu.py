@@ -35,6 +35,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, REPO)
 logging.basicConfig(level=logging.ERROR)  # Beam's import-time noise
 SHARED = os.environ.get("TOKENMILL_SHARED_DATA", os.path.join(REPO, "..", "shared", "data"))
+from tokenmill.private import cache_dir_or_temp  # noqa: E402
+
 L, H, D, T, MB, ACCUM = 4, 4, 256, 128, 8, 2
 
 
@@ -137,7 +139,7 @@ def run_tokenmill(data: str, steps: int, warmup: int, threads: int, extra: tuple
 def ensure_data(data: str | None) -> str:
     if data:
         return data
-    out = os.path.join(tempfile.gettempdir(), "tokenmill_bench_train_data")
+    out = os.path.join(cache_dir_or_temp("bench"), "train_data")  # reused: private, not in the shared /tmp
     if not os.path.exists(os.path.join(out, "manifest.json")):
         pages = os.path.join(SHARED, "html_extraction", "trafilatura_eval")
         inputs = ["--input", pages] if os.path.exists(pages) else []  # else: the bundled sample

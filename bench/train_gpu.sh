@@ -25,7 +25,8 @@ SKIP=${SKIP:-15}
 SEQ=${SEQ:-2048}
 VOCAB=${VOCAB:-32000}
 COMPILE=${COMPILE:-true}
-WORK=${WORK:-/tmp/tokenmill_gpu_bench}
+# Reused between runs (the shards): a private folder, never a fixed name in the shared /tmp.
+WORK=${WORK:-$("$PYTHON" -c 'from tokenmill.private import cache_dir_or_temp; print(cache_dir_or_temp("bench", "gpu"))')}
 OUT=${OUT:-$WORK}
 mkdir -p "$WORK" "$OUT"
 

@@ -216,12 +216,13 @@ def test_disk_full_is_one_line_and_leaves_no_temp_files(tmp_path, data, fast):
 # ---------------------------------------------------------------- 4. Ctrl-C
 
 
-@pytest.mark.parametrize("mode, to", [
-    ("in_memory", "group"),
-    ("multi_processing", "group"),  # a terminal's Ctrl-C: the launcher and its worker processes
-    ("multi_processing", "launcher"),  # kill -INT <pid>: the workers must be ended by the launcher
+@pytest.mark.parametrize("mode, to, sig", [
+    ("in_memory", "group", signal.SIGINT),
+    ("multi_processing", "group", signal.SIGINT),  # a terminal's Ctrl-C: the launcher and its worker processes
+    ("multi_processing", "launcher", signal.SIGINT),  # kill -INT <pid>: the workers must be ended by the launcher
+    ("multi_processing", "group", signal.SIGTERM),  # what `timeout`, `scancel` and Kubernetes send
 ])
-def test_ctrl_c_is_one_line_and_keeps_the_previous_output(mode, to, previous, data, fast):
+def test_ctrl_c_is_one_line_and_keeps_the_previous_output(mode, to, sig, previous, data, fast):
     _, _, big = data
     before = snapshot(previous)
     run = start_prepare(previous, [big], *fast, *(MULTI if mode == "multi_processing" else []))
@@ -229,10 +230,11 @@ def test_ctrl_c_is_one_line_and_keeps_the_previous_output(mode, to, previous, da
         wait_for(lambda: stage_started(previous), proc=run)
         time.sleep(1.0 if mode == "multi_processing" else 0.5)  # workers started, bundles running
         assert run.poll() is None
-        (os.killpg if to == "group" else os.kill)(run.pid, signal.SIGINT)
+        (os.killpg if to == "group" else os.kill)(run.pid, sig)
         out, err = run.communicate(timeout=60)
-    assert run.returncode == 130, err
-    assert "Traceback" not in err and [ln for ln in err.splitlines() if ln.strip()] == ["tokenmill: interrupted"], err
+    said = "interrupted" if sig == signal.SIGINT else "terminated"
+    assert run.returncode == 128 + sig, err
+    assert "Traceback" not in err and [ln for ln in err.splitlines() if ln.strip()] == [f"tokenmill: {said}"], err
     assert leftovers(previous) == [] and snapshot(previous) == before
 
 

@@ -68,7 +68,55 @@ def test_resume_runs_no_code_from_a_crafted_checkpoint(trained, tmp_path, capsys
     assert not marker.exists()
 
 
+def test_a_tokenizer_that_panics_rust_is_one_line(trained, tmp_path, capsys):
+    """RUN/tokenizer.json is loaded by Rust: a crafted one (a zero-length FixedLength pre-tokenizer)
+    panics when it encodes. It is tried in a child first: one line, no Rust panic text."""
+    import json
+
+    _, run = trained
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    spec = json.loads((copy / "tokenizer.json").read_text())
+    spec["pre_tokenizer"] = {"type": "FixedLength", "length": 0}
+    (copy / "tokenizer.json").write_text(json.dumps(spec))
+    assert main(["generate", str(copy), "--prompt", "w5", "--max-tokens", "2"]) == 2
+    line = _one_line(capsys)
+    assert "tokenizer.json" in line and "PanicException" in line, line
+
+
 def test_a_real_checkpoint_still_loads(trained, capsys):
     _, run = trained
     assert main(["generate", str(run), "--prompt", "w5 w9", "--max-tokens", "3"]) == 0
     assert "step-00000002" in capsys.readouterr().err
+
+
+def test_sigterm_to_the_process_group_saves_and_stops(trained, tmp_path):
+    """What `timeout`, `scancel` and Kubernetes do: SIGTERM to every process of the group, the
+    DataLoader workers included. The run saves a checkpoint and stops as on a SIGTERM to the
+    trainer alone, with no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out, _ = trained
+    run = tmp_path / "run"
+    sets = ["model.preset=null", "model.n_layers=1", "model.d_model=32", "model.n_heads=2", "train.micro_batch=2",
+            "data.num_workers=2", "data.seq_len=32", "train.steps=100000", "checkpoint.every=0", "eval.every=0",
+            "export.enabled=false", "metrics.tensorboard=false"]
+    tokenmill = os.path.join(os.path.dirname(sys.executable), "tokenmill")
+    proc = subprocess.Popen([tokenmill, "train", "--data", str(out), "--run-dir", str(run),
+                             *(a for s in sets for a in ("--set", s))], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-3000:]  # 128 + SIGTERM, as when the trainer alone gets it
+    assert "stopped by SIGTERM" in err and list(run.glob("checkpoints/step-*/COMPLETE")), err[-3000:]

@@ -7,12 +7,13 @@ import atexit
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 from importlib import resources
 
 from tokenmill import __version__, memory
-from tokenmill.errors import UserError
+from tokenmill.errors import Terminated, UserError
 
 
 def sample_dir() -> str:
@@ -28,7 +29,12 @@ def sample_inputs() -> list[str]:
 def _quiet_logging() -> None:
     # Beam logs import-time noise (e.g. "apitools not found") on the root logger; the user
     # wants tokenmill's own warnings (bad records, broken files) and real errors.
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    from tokenmill.terminal import SafeFormatter
+
+    # A log line quotes file names and parse errors from the inputs: shown safe (terminal.py).
+    handler = logging.StreamHandler()
+    handler.setFormatter(SafeFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.ERROR, handlers=[handler])
     logging.getLogger("tokenmill").setLevel(logging.WARNING)
     # A failed step is logged by Beam with its traceback (and re-logged from each worker); the
     # error that ends the run says it in one line (launch.failure).
@@ -65,9 +71,8 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 
 def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
-    from rich.console import Console
-
     from tokenmill.config import load_config
+    from tokenmill.terminal import console, markup
 
     cfg = load_config(args.config, args.set)
     if args.input:
@@ -93,9 +98,9 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         _announce_remote(options)
     report_path = prepare.run(cfg, beam_args, display)
     if cfg.report.enabled:
-        _print_report(report_path, Console())
+        _print_report(report_path, console())
     else:
-        Console().print(f"cleaned docs: {cfg.output}/docs/ (report disabled)")
+        console().print(f"cleaned docs: {markup(cfg.output)}/docs/ (report disabled)")
     return 0
 
 
@@ -113,29 +118,30 @@ def _load_report(path: str) -> dict:
 
 
 def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
-    from rich.console import Console
+    from tokenmill.terminal import console
 
     with _beam_job(beam_args):
         from tokenmill.pipelines import refilter
 
         report_path = refilter.run(args.out, args.output, args.config, args.set, beam_args)
-    _print_report(report_path, Console())
+    _print_report(report_path, console())
     return 0
 
 
 def _print_report(report_path: str, console) -> None:
+    from tokenmill.terminal import markup
     from tokenmill.transforms.report import print_summary
 
     print_summary(_load_report(report_path), console)
-    out = report_path.rsplit("/report/", 1)[0]
+    out = markup(report_path.rsplit("/report/", 1)[0])
     console.print(f"cleaned docs: {out}/docs/   shards: {out}/manifest.json\n"
-                  f"report: {out}/report/report.html (data: {report_path})")
+                  f"report: {out}/report/report.html (data: {markup(report_path)})")
 
 
 def cmd_report(args: argparse.Namespace, _: list[str]) -> int:
-    from rich.console import Console
+    from tokenmill.terminal import console
 
-    _print_report(f"{args.out.rstrip('/')}/report/report.json", Console())
+    _print_report(f"{args.out.rstrip('/')}/report/report.json", console())
     return 0
 
 
@@ -150,6 +156,8 @@ def _announce_remote(options) -> None:
     with the job id and console URL through (tokenmill otherwise silences Beam's logging)."""
     from apache_beam.options.pipeline_options import StandardOptions
 
+    from tokenmill.terminal import SafeFormatter, safe
+
     runner = str(options.view_as(StandardOptions).runner)
     opts = options.get_all_options(retain_unknown_options=True)
     # Beam's Flink and Spark job servers print no console URL: the engines' own web UIs
@@ -157,10 +165,10 @@ def _announce_remote(options) -> None:
              "SparkRunner": f"watch it on {opts.get('spark_master_url')}'s web UI (port 8080 by default); "
                             "its state follows"
              if str(opts.get("spark_master_url", "")).startswith("spark://") else None}.get(runner)
-    print(f"tokenmill prepare: submitting to {runner}; {where or 'the job id and where to watch it follow'}",
+    print(safe(f"tokenmill prepare: submitting to {runner}; {where or 'the job id and where to watch it follow'}"),
           file=sys.stderr)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(SafeFormatter("%(message)s"))
     handler.set_name("tokenmill-remote")
     # ... but not its advice to run the pipeline in a `with` block, which prepare does
     handler.addFilter(lambda r: not str(r.msg).startswith('Environment "'))
@@ -173,21 +181,23 @@ def _announce_remote(options) -> None:
 
 def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.pipelines.tokenizer import train_from_inputs
+    from tokenmill.terminal import safe
 
     n = train_from_inputs(args.input, args.output, args.kind, args.vocab_size, args.max_docs)
-    print(f"trained a {args.kind} tokenizer (vocab {args.vocab_size:,}) on {n:,} documents -> {args.output}")
+    print(f"trained a {args.kind} tokenizer (vocab {args.vocab_size:,}) on {n:,} documents -> {safe(args.output)}")
     return 0
 
 
 def cmd_classifier_train(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.pipelines.classifier_train import train
+    from tokenmill.terminal import safe
 
     r = train(args.positive, args.negative, args.output, args.label, args.holdout, args.max_docs,
               {"dim": args.dim, "wordNgrams": args.word_ngrams, "epoch": args.epoch, "lr": args.lr,
                "bucket": args.bucket})
     auc = "no held-out set" if r["auc"] is None else f"held-out AUC {r['auc']:.4f}"
     print(f"trained a fastText classifier on {r['positive']:,} positive and {r['negative']:,} negative documents "
-          f"-> {args.output}; {auc} ({r['held_out_positive']:,} + {r['held_out_negative']:,} held out)")
+          f"-> {safe(args.output)}; {auc} ({r['held_out_positive']:,} + {r['held_out_negative']:,} held out)")
     return 0
 
 
@@ -203,6 +213,7 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         raise UserError(f"the trainer needs torch: pip install 'tokenmill[train]' ({e})") from None
     import signal
 
+    from tokenmill.terminal import safe
     from tokenmill.trainer.parallel import SharedError
     from tokenmill.trainer.train import on_main_thread, rank_prefix
 
@@ -214,12 +225,12 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
         if int(os.environ.get("RANK", "0")) != 0:
             time.sleep(2)  # torchrun kills the other ranks when one exits: let rank 0 print first
             return 2
-        print(f"tokenmill: error: {e}", file=sys.stderr, flush=True)
+        print(f"tokenmill: error: {safe(e)}", file=sys.stderr, flush=True)
         return 2
     except UserError as e:
         # This rank's own error (an OOM, a failed write, a lost peer): every rank prints its
         # own line, saying whose it is.
-        print(f"tokenmill: error: {rank_prefix()}{e}", file=sys.stderr, flush=True)
+        print(f"tokenmill: error: {rank_prefix()}{safe(e)}", file=sys.stderr, flush=True)
         return 2
     finally:  # after a failure the trainer ignores SIGTERM until the line above is out
         if sigterm is not None and on_main_thread():
@@ -229,12 +240,13 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
 def cmd_export(args: argparse.Namespace, _: list[str]) -> int:
     import time
 
-    from tokenmill.pipelines.export import export
+    from tokenmill.pipelines.export import export_to
+    from tokenmill.terminal import safe
 
     t0 = time.perf_counter()
-    written = export(args.out, args.format, args.output)
+    written = export_to(args.out, args.format, args.output)
     dt = time.perf_counter() - t0
-    print(f"exported {args.out} as {args.format} -> {args.output}: {written / 2**20:,.1f} MB of tokens in {dt:.1f} s "
+    print(f"exported {safe(args.out)} as {args.format} -> {safe(args.output)}: {written / 2**20:,.1f} MB of tokens in {dt:.1f} s "
           f"({written / 2**20 / max(dt, 1e-9):,.0f} MB/s)")
     return 0
 
@@ -244,9 +256,11 @@ def cmd_generate(args: argparse.Namespace, _: list[str]) -> int:
         from tokenmill.trainer.generate import generate
     except ImportError as e:
         raise UserError(f"generate needs torch: pip install 'tokenmill[train]' ({e})") from None
+    from tokenmill.terminal import safe
+
     text, source = generate(args.run, args.prompt, args.max_tokens, args.temperature, args.top_k, args.seed)
-    print(f"tokenmill generate: weights from {source}", file=sys.stderr)
-    print(args.prompt + text)
+    print(f"tokenmill generate: weights from {safe(source)}", file=sys.stderr)
+    print(safe(args.prompt + text, newlines=True))  # a model trained on data says what data said
     return 0
 
 
@@ -263,8 +277,10 @@ def cmd_compare(args: argparse.Namespace, _: list[str]) -> int:
     except ImportError as e:
         raise UserError(f"compare needs torch: pip install 'tokenmill[train]' ({e})") from None
     result = compare(args.outs, args.eval, args.tokens, args.seeds, args.output, args.config, args.set, args.eval_docs)
+    from tokenmill.terminal import safe
+
     print_table(result)
-    print(f"compare: {args.output}/compare.html, {args.output}/compare.json")
+    print(safe(f"compare: {args.output}/compare.html, {args.output}/compare.json"))
     return 0
 
 
@@ -274,8 +290,34 @@ def _trainer_config_args(p: argparse.ArgumentParser) -> None:
                    help="override one config value (YAML syntax), e.g. model.preset=125m; repeatable")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (no usage block); subcommands inherit it."""
+
+    def error(self, message: str):
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+_INT64 = 2**63 - 1
+
+
+def _number(kind: type, lo: float, hi: float):
+    """An argparse type: a finite ``kind`` in [lo, hi], else one line saying so."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise argparse.ArgumentTypeError(f"{text!r} is not between {lo:,} and {hi:,}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tokenmill",
         description="Raw web text to LLM training shards (Apache Beam), and a trainer that streams them.",
         allow_abbrev=False,
@@ -318,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="verify every shard checksum and count, print the splits, decode a few docs")
     p.add_argument("out", metavar="OUT")
-    p.add_argument("--docs", type=int, default=3, help="documents to decode (default 3)")
+    p.add_argument("--docs", type=_number(int, 0, 10_000), default=3, help="documents to decode (default 3)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("classifier", help="train a fastText quality classifier (for quality.classifier.model)")
@@ -329,13 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a prepared OUT folder (its kept docs) or raw inputs (file, folder, glob); repeatable")
     c.add_argument("--output", required=True, metavar="model.bin")
     c.add_argument("--label", default="hq", help="the positive label (quality.classifier.label)")
-    c.add_argument("--holdout", type=float, default=0.1, help="share held apart to measure AUC (default 0.1)")
-    c.add_argument("--max-docs", type=int, default=500_000, help="per side")
-    c.add_argument("--dim", type=int, default=64)
-    c.add_argument("--word-ngrams", type=int, default=2)
-    c.add_argument("--epoch", type=int, default=5, help="5 with lr 0.1 for 100k+ docs; ~50 with lr 0.5 for a few hundred")
-    c.add_argument("--lr", type=float, default=0.1)
-    c.add_argument("--bucket", type=int, default=500_000, help="hashed n-gram rows (model size: (words + bucket) x dim x 4 B)")
+    c.add_argument("--holdout", type=_number(float, 0.0, 0.9), default=0.1, help="share held apart to measure AUC (default 0.1)")
+    c.add_argument("--max-docs", type=_number(int, 1, _INT64), default=500_000, help="per side")
+    c.add_argument("--dim", type=_number(int, 1, 4096), default=64)
+    c.add_argument("--word-ngrams", type=_number(int, 1, 10), default=2)
+    c.add_argument("--epoch", type=_number(int, 1, 10_000), default=5, help="5 with lr 0.1 for 100k+ docs; ~50 with lr 0.5 for a few hundred")
+    c.add_argument("--lr", type=_number(float, 1e-9, 100.0), default=0.1)
+    c.add_argument("--bucket", type=_number(int, 0, 2**31 - 1), default=500_000, help="hashed n-gram rows (model size: (words + bucket) x dim x 4 B)")
     c.set_defaults(func=cmd_classifier_train)
 
     p = sub.add_parser("tokenizer", help="train a tokenizer (BPE, WordPiece, Unigram) on cleaned docs")
@@ -345,8 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a prepared OUT folder (its kept docs) or raw inputs (file, folder, glob); repeatable")
     t.add_argument("--output", required=True, metavar="tokenizer.json")
     t.add_argument("--kind", choices=["bpe", "wordpiece", "unigram"], default="bpe")
-    t.add_argument("--vocab-size", type=int, default=32000)
-    t.add_argument("--max-docs", type=int, default=100_000, help="train on at most this many documents")
+    t.add_argument("--vocab-size", type=_number(int, 257, 2**32 - 1), default=32000)
+    t.add_argument("--max-docs", type=_number(int, 1, _INT64), default=100_000, help="train on at most this many documents")
     t.set_defaults(func=cmd_tokenizer_train)
 
     p = sub.add_parser(
@@ -376,17 +418,17 @@ def build_parser() -> argparse.ArgumentParser:
                        allow_abbrev=False)
     p.add_argument("run", metavar="RUN", help="a `tokenmill train` run folder")
     p.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-    p.add_argument("--max-tokens", type=int, default=100)
-    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
-    p.add_argument("--top-k", type=int, default=50, help="0: the whole vocabulary")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=_number(int, 1, 1 << 20), default=100)
+    p.add_argument("--temperature", type=_number(float, 0.0, 1e6), default=0.8, help="0: greedy")
+    p.add_argument("--top-k", type=_number(int, 0, 2**31 - 1), default=50, help="0: the whole vocabulary")
+    p.add_argument("--seed", type=_number(int, 0, _INT64), default=0)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("spikes", help="the loss spikes of a run, with the documents of their batches",
                        allow_abbrev=False)
     p.add_argument("run", metavar="RUN", help="a `tokenmill train` run folder")
     p.add_argument("--data", required=True, metavar="OUT", help="the prepared output it trained on (its docs)")
-    p.add_argument("--chars", type=int, default=100, help="characters of each document's text to show")
+    p.add_argument("--chars", type=_number(int, 0, 1 << 20), default=100, help="characters of each document's text to show")
     p.set_defaults(func=cmd_spikes)
 
     p = sub.add_parser(
@@ -400,9 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("outs", nargs="+", metavar="OUT", help="prepared output folders (two or more)")
     p.add_argument("--eval", required=True, metavar="EVAL",
                    help="evaluation documents: JSONL or Parquet with a text field, or an OUT folder (its kept docs)")
-    p.add_argument("--tokens", type=int, required=True, metavar="N", help="training tokens per arm")
-    p.add_argument("--seeds", type=int, default=2, help="seeds per arm (default 2: the spread tells noise from gain)")
-    p.add_argument("--eval-docs", type=int, default=2000, metavar="N", help="evaluate on at most N documents")
+    p.add_argument("--tokens", type=_number(int, 1, _INT64), required=True, metavar="N", help="training tokens per arm")
+    p.add_argument("--seeds", type=_number(int, 1, 100), default=2, help="seeds per arm (default 2: the spread tells noise from gain)")
+    p.add_argument("--eval-docs", type=_number(int, 1, _INT64), default=2000, metavar="N", help="evaluate on at most N documents")
     p.add_argument("--output", required=True, metavar="DIR")
     _trainer_config_args(p)
     p.set_defaults(func=cmd_compare)
@@ -412,18 +454,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     memory.choose_arrow_pool()  # before pyarrow loads: it holds for the workers this process starts
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if not args.verb:
-        parser.print_help()
-        return 2
-    if extra and args.verb not in ("prepare", "refilter"):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     _quiet_logging()
     try:
+        args, extra = parser.parse_known_args(argv)
+        if not args.verb:
+            parser.print_help()
+            return 2
+        if extra and args.verb not in ("prepare", "refilter"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args, extra)
     except UserError as e:
-        print(f"tokenmill: error: {e}", file=sys.stderr)
+        from tokenmill.terminal import safe
+
+        print(f"tokenmill: error: {safe(e)}", file=sys.stderr)  # it may quote data: shown safe
         return 2
+    except Terminated:
+        print("tokenmill: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("tokenmill: interrupted", file=sys.stderr)
         return 130

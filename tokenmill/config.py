@@ -23,10 +23,33 @@ from pydantic import (
 
 from tokenmill.errors import UserError
 
+# Every config model: unknown keys refused, and no number means anything as inf or nan (a nan
+# threshold passes or fails every comparison silently); no integer past 64 bits (numpy and the
+# C libraries below take int64 at most).
+STRICT = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+INT64 = 2**63 - 1
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+class Strict(BaseModel):
+    model_config = STRICT
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _fits_int64(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and not -INT64 <= v <= INT64:
+            raise ValueError("must fit in a 64-bit integer")
+        return v
+
+
+class Section(Strict):
     enabled: bool = True
+
+
+class TimedSection(Section):
+    # A stage that works on each document's text (transforms/stage.py): wall-clock budget per
+    # document; past it the document is dropped as <stage>:timeout (checked cooperatively
+    # between the stage's passes, as extract.timeout_s is, so it works on every runner).
+    timeout_s: float = Field(default=5.0, gt=0)
 
 
 class ReadConfig(Section):
@@ -67,7 +90,7 @@ def _on_with(section: Section, field: str, name: str):
     return section
 
 
-class UrlConfig(Section):
+class UrlConfig(TimedSection):
     # On once a block list is given (see transforms/urlfilter.py for the entry syntax): files
     # of domains, URL prefixes and re: regexes; documents matching one are url:blocked.
     enabled: bool = False
@@ -91,7 +114,7 @@ class ExtractConfig(Section):
     include_title: bool = False
 
 
-class NormalizeConfig(Section):
+class NormalizeConfig(TimedSection):
     fix_unicode: bool = True  # ftfy: mojibake, bad escapes, control characters
     straight_quotes: bool = True  # curly quotes and apostrophes to ASCII ' and "
     collapse_whitespace: bool = True  # runs of spaces collapsed, line breaks kept
@@ -132,8 +155,7 @@ class LanguageConfig(Section):
         return [str(c).strip().lower() for c in v]
 
 
-class _Rules(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class _Rules(Strict):
     enabled: bool = True
 
 
@@ -187,8 +209,7 @@ _STOP_WORDS = {
 }
 
 
-class ClassifierConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class ClassifierConfig(Strict):
     # A fastText model (`tokenmill classifier train`), or several by name: each stores its score,
     # P(label), as a signal column (quality_classifier, or quality_classifier_<name>).
     model: str | dict[str, str] | None = None
@@ -211,7 +232,7 @@ class ClassifierConfig(BaseModel):
         return self
 
 
-class QualityConfig(Section):
+class QualityConfig(TimedSection):
     # filter: documents failing a rule are dropped. tag: every signal and decision is computed
     # and stored (quality_flag, and the MinHash signatures), nothing is dropped, and
     # `tokenmill refilter` applies any thresholds later without extracting again.
@@ -257,7 +278,7 @@ class QualityConfig(Section):
         return cache[lang]
 
 
-class PiiConfig(Section):
+class PiiConfig(TimedSection):
     # Kinds to redact; each is replaced by a typed placeholder such as <EMAIL>.
     kinds: list[Literal["email", "phone", "ip", "card", "iban", "secret"]] = [
         "email", "phone", "ip", "card", "iban", "secret"]
@@ -271,10 +292,11 @@ class BoilerplateConfig(Section):
     min_chars: int = Field(default=8, ge=1)  # shorter lines (normalised) are never cut
     # The count-min sketch: 4 x 2**sketch_bits uint32 cells (22: 64 MB). Over-counting grows
     # with distinct (document, line) occurrences per cell: raise it for corpora past ~10M lines.
-    sketch_bits: int = Field(default=22, ge=10, le=28)
+    # At most 26 (1 GB): the sketch is one combined value, and gRPC carries at most 2 GB.
+    sketch_bits: int = Field(default=22, ge=10, le=26)
 
 
-class DecontaminateConfig(Section):
+class DecontaminateConfig(TimedSection):
     # On once evaluation files are given: JSONL/Parquet (the `fields` of each record) or text
     # (one item per line). Documents holding an item's n-gram are dropped, or the span cut.
     enabled: bool = False
@@ -376,8 +398,7 @@ class ReportConfig(Section):
     samples_per_reason: int = Field(default=20, ge=0)
 
 
-class JobConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class JobConfig(Strict):
 
     inputs: list[str] = []
     output: str = "out"
@@ -416,6 +437,39 @@ def _format_validation_error(err: ValidationError, where: str) -> str:
     return f"bad config{where}: " + "; ".join(parts)
 
 
+# A config is small: a YAML document whose aliases expand it past this many values (a "billion
+# laughs" of nested anchors takes gigabytes and hours once validated) is refused.
+MAX_YAML_VALUES = 100_000
+
+
+def _yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``, refusing a document whose anchors and aliases expand it past
+    MAX_YAML_VALUES values: counted on the composed node graph, each node once, before
+    anything is built."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+
+        def expanded(n) -> int:
+            if id(n) not in sizes:
+                kids = [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else (
+                    n.value if isinstance(n, yaml.SequenceNode) else [])
+                sizes[id(n)] = min(1 + sum(expanded(k) for k in kids), MAX_YAML_VALUES + 1)
+            return sizes[id(n)]
+
+        if expanded(node) > MAX_YAML_VALUES:
+            raise UserError(f"{where}: its anchors and aliases expand it to more than {MAX_YAML_VALUES:,} values; "
+                            "refused (a config needs far fewer)")
+        return loader.construct_document(node)
+    except RecursionError:
+        raise UserError(f"{where}: nested too deeply to be a config") from None
+    finally:
+        loader.dispose()
+
+
 def parse_set(item: str) -> tuple[list[str], Any]:
     """``language.keep=[en,de]`` -> (["language", "keep"], ["en", "de"]); the value is YAML."""
     if "=" not in item:
@@ -425,7 +479,7 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     if not path:
         raise UserError(f"--set {item!r}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
     except yaml.YAMLError as e:
         # A broken list or mapping ("[en") taken as a string would be validated as something
         # the user did not mean; a string that YAML cannot read can be quoted.
@@ -446,7 +500,7 @@ def load_validated(model: type[BaseModel], path: str | None = None, overrides: l
         if not p.is_file():
             raise UserError(f"config file not found: {path}")
         try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+            loaded = _yaml(p.read_text(encoding="utf-8"), f"config file {path}")
         except (yaml.YAMLError, UnicodeDecodeError) as e:
             mark = getattr(e, "problem_mark", None)
             at = f" line {mark.line + 1}" if mark else ""

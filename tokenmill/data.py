@@ -111,5 +111,16 @@ def loader(dataset: PackedDataset, num_workers: int, prefetch_factor: int, pin_m
     """The trainer's DataLoader: whole micro-batches from the workers, in order."""
     from torch.utils.data import DataLoader
 
-    extra = {"prefetch_factor": prefetch_factor, "persistent_workers": True} if num_workers else {}
+    extra = {"prefetch_factor": prefetch_factor, "persistent_workers": True,
+             "worker_init_fn": _leave_sigterm_to_the_trainer} if num_workers else {}
     return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **extra)
+
+
+def _leave_sigterm_to_the_trainer(_worker_id: int) -> None:
+    """In a DataLoader worker: ignore SIGTERM. Schedulers (``timeout``, ``scancel``, Kubernetes)
+    send it to the whole process group; the trainer then saves a checkpoint at the end of the
+    step and stops its workers itself, while a worker that died of it would end the run with
+    DataLoader's traceback and no checkpoint."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

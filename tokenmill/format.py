@@ -266,9 +266,9 @@ def check_vocab(out: str, manifest: dict) -> None:
             raw = fh.read()
         if hashlib.sha256(raw).hexdigest() != tok.get("sha256"):
             return
-        from tokenizers import Tokenizer
+        from tokenmill.native import tokenizer_from_text
 
-        vocab = Tokenizer.from_str(raw.decode("utf-8")).get_vocab_size(with_added_tokens=True)
+        vocab = tokenizer_from_text(raw.decode("utf-8")).get_vocab_size(with_added_tokens=True)
     except Exception:  # noqa: BLE001 - unreadable, or no tokenizers JSON: verify_output says so
         return
     if vocab != tok.get("vocab_size"):

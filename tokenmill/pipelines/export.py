@@ -11,6 +11,12 @@ writes them under OUT/export/<format>/.
   (``tokens`` as an ndarray, the dtype as for megatron, and ``id``), read by its StreamingDataset
   and by llm-foundry's text dataset.
 
+``tokenmill export`` (``export_to``) first verifies every shard against the manifest's checksums,
+as ``inspect`` and ``train`` do. It writes into a folder of its own under DIR and then moves its
+files in: DIR must be new, empty, or an earlier export (its ``.tokenmill-export.json`` lists the
+files that export wrote, the only ones replaced); it is never OUT itself or a folder a run into
+OUT replaces, and no link inside DIR is followed.
+
 Everything streams record batch by record batch (the shards are memory-mapped, or read through
 Beam's FileSystems when remote): memory does not grow with the output. The .idx file is written
 in three passes over the shards' offsets alone (lengths, pointers, document indices), so no
@@ -20,10 +26,14 @@ per-document list is held either.
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import pickle
+import shutil
 import struct
 import sys
 import types
+import uuid
 from collections.abc import Iterator
 
 import numpy as np
@@ -31,9 +41,11 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.errors import UserError
-from tokenmill.format import load_manifest, tokenizer_path
+from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
+from tokenmill.pipelines.output import check_separate
 
 FORMATS = ("megatron", "nanogpt", "mds")
+WRITTEN = ".tokenmill-export.json"  # in an export folder: the files that export wrote
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 
@@ -139,9 +151,7 @@ def write_mds(out: str, manifest: dict, folder: str) -> int:
     for split in ("train", "val"):
         if not manifest["splits"].get(split, {}).get("shards"):
             continue
-        target = FileSystems.join(folder, split)
-        if FileSystems.exists(target):  # written again, as the other formats are (MDSWriter refuses a folder)
-            FileSystems.delete([target])
+        target = FileSystems.join(folder, split)  # new: export_to and prepare write into a fresh folder
         with streaming.MDSWriter(out=target, columns=columns, compression=None) as w:
             for batch in _record_batches(out, manifest, split):
                 ids = batch.column("id").to_pylist()
@@ -168,3 +178,76 @@ def export(out: str, fmt: str, folder: str) -> int:
         return write_mds(out, manifest, folder)
     return sum(write_megatron(out, manifest, split, FileSystems.join(folder, f"{split}_text_document"))
                for split in ("train", "val") if manifest["splits"].get(split, {}).get("shards"))
+
+
+def _written_before(target: str) -> list[str]:
+    """The files an earlier export into ``target`` wrote (relative paths from its WRITTEN list,
+    without any that would lead outside it); [] for a new or empty folder. A folder holding
+    anything else is refused: its files are not the export's to replace."""
+    if not os.path.lexists(target):
+        return []
+    if os.path.islink(target) or not os.path.isdir(target):
+        raise UserError(f"export: --output {target} is not a folder")
+    if not os.listdir(target):
+        return []
+    listed = os.path.join(target, WRITTEN)
+    try:
+        with open(listed, encoding="utf-8", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as fh:
+            names = json.load(fh)["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"export: --output {target} holds other files and is not an earlier export "
+                        f"(no readable {WRITTEN}); choose a new or empty folder") from None
+    return [n for n in names if isinstance(n, str) and _inside(target, n)]
+
+
+def _inside(target: str, rel: str) -> bool:
+    """``rel`` names a path under ``target`` reached through real folders only (no ``..``, no
+    absolute path, no link on the way)."""
+    parts = rel.split("/")
+    if os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
+        return False
+    return not any(os.path.islink(os.path.join(target, *parts[:i])) for i in range(1, len(parts)))
+
+
+def export_to(out: str, fmt: str, target: str) -> int:
+    """``tokenmill export``: ``fmt`` of OUT into the folder ``target`` (see the module
+    docstring); returns token bytes written."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt}: not one of {', '.join(FORMATS)}")
+    manifest = load_manifest(out)
+    check_vocab(out, manifest)
+    problems = verify_output(out, manifest)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise UserError(f"export: {problems[0]}{more}; nothing exported (`tokenmill inspect {out}` lists them)")
+    check_separate(out, target, "export")
+    if "://" in target:  # an object store: no links, and nothing is replaced but what is written
+        return export(out, fmt, target)
+    before = _written_before(target)
+    stage = os.path.join(target, ".tokenmill-stage-" + uuid.uuid4().hex[:8])
+    os.makedirs(stage)
+    try:
+        written = export(out, fmt, stage)
+        names = sorted(os.path.relpath(os.path.join(d, f), stage) for d, _, fs in os.walk(stage) for f in fs)
+        theirs = [n for n in names if n not in before and os.path.lexists(os.path.join(target, n))]
+        if theirs or not all(_inside(target, n) for n in names):
+            raise UserError(f"export: --output {target} already holds {(theirs or names)[0]}, which no earlier export "
+                            "wrote there; choose a new or empty folder")
+        for rel in before:  # the earlier export's files (a link is removed, never followed)
+            if os.path.lexists(os.path.join(target, rel)) and not os.path.isdir(os.path.join(target, rel)):
+                os.unlink(os.path.join(target, rel))
+        for rel in names:
+            os.makedirs(os.path.dirname(os.path.join(target, rel)), exist_ok=True)
+            os.replace(os.path.join(stage, rel), os.path.join(target, rel))
+        for folder in sorted({os.path.dirname(r) for r in before if "/" in r}, key=len, reverse=True):
+            if not os.path.islink(os.path.join(target, folder)):
+                try:
+                    os.rmdir(os.path.join(target, folder))  # emptied and not written again
+                except OSError:
+                    pass
+        with open(os.path.join(stage, WRITTEN), "w", encoding="utf-8") as fh:
+            json.dump({"format": fmt, "files": names}, fh, indent=1)
+        os.replace(os.path.join(stage, WRITTEN), os.path.join(target, WRITTEN))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return written

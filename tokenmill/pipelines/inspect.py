@@ -11,6 +11,8 @@ from rich.table import Table
 
 from tokenmill.errors import UserError
 from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
+from tokenmill.terminal import console as safe_console
+from tokenmill.terminal import markup as m
 from tokenmill.transforms.tokenize import tokenizer_from_json
 
 
@@ -62,7 +64,9 @@ def unlisted_shards(out: str, manifest: dict) -> list[str]:
 
 
 def inspect_output(out: str, n_docs: int = 3, console: Console | None = None) -> int:
-    console = console or Console()
+    # Everything shown below but the counts comes from OUT (its manifest, file names, documents):
+    # it is printed through terminal.markup.
+    console = console or safe_console()
     if n_docs < 0:
         raise UserError(f"--docs {n_docs}: expected 0 or more documents to decode")
     manifest = load_manifest(out)
@@ -70,31 +74,32 @@ def inspect_output(out: str, n_docs: int = 3, console: Console | None = None) ->
     # Ids only in shards that match their checksums: a corrupt file is not parsed.
     problems = verify_output(out, manifest) or id_problems(out, manifest)
     tok = manifest["tokenizer"]
-    console.print(f"[bold]{out}[/]: tokenmill {manifest.get('tokenmill_version')}, format {manifest['format_version']}, "
-                  f"tokens {manifest['token_dtype']}, tokenizer {tok.get('model')} vocab {tok['vocab_size']:,} "
-                  f"eos {tok['eos_id']} sha256 {tok['sha256'][:12]}")
+    console.print(f"[bold]{m(out)}[/]: tokenmill {m(manifest.get('tokenmill_version'))}, "
+                  f"format {m(manifest['format_version'])}, tokens {m(manifest['token_dtype'])}, "
+                  f"tokenizer {m(tok.get('model'))} vocab {tok['vocab_size']:,} eos {m(tok['eos_id'])} "
+                  f"sha256 {m(tok['sha256'][:12])}")
     t = Table(show_edge=False)
     for col in ("split", "shard", "docs", "tokens", "MB"):
         t.add_column(col, justify="left" if col in ("split", "shard") else "right")
     for split, info in manifest["splits"].items():
         for s in info["shards"]:
-            t.add_row(split, s["file"], f"{s['docs']:,}", f"{s['tokens']:,}", f"{s['bytes'] / 1e6:.2f}")
-        t.add_row(f"[bold]{split}[/]", f"{len(info['shards'])} shard(s)", f"[bold]{info['docs']:,}",
+            t.add_row(m(split), m(s["file"]), f"{s['docs']:,}", f"{s['tokens']:,}", f"{s['bytes'] / 1e6:.2f}")
+        t.add_row(f"[bold]{m(split)}[/]", f"{len(info['shards'])} shard(s)", f"[bold]{info['docs']:,}",
                   f"[bold]{info['tokens']:,}", "", end_section=True)
     console.print(t)
     if problems:
         for p in problems:
-            console.print(f"[red]FAIL[/] {p}")
+            console.print(f"[red]FAIL[/] {m(p)}")
         console.print(f"[red]{len(problems)} problem(s)[/]: do not train on this output")
         return 1
     console.print("[green]all checksums and counts match the manifest[/]")
     for path in unlisted_shards(out, manifest):
-        console.print(f"[yellow]note[/] {path}: not in the manifest (not read by `tokenmill train`)")
+        console.print(f"[yellow]note[/] {m(path)}: not in the manifest (not read by `tokenmill train`)")
     shards = manifest["splits"]["train"]["shards"] or manifest["splits"]["val"]["shards"]
     if shards and n_docs:
         with FileSystems.open(tokenizer_path(out, manifest)) as fh:
             tokenizer = tokenizer_from_json(fh.read().decode("utf-8"))
         for doc_id, ids in first_docs(FileSystems.join(out, shards[0]["file"]), n_docs):
             text = tokenizer.decode(ids, skip_special_tokens=False)
-            console.print(f"[bold]{doc_id}[/] ({len(ids)} tokens): {text[:300]!r}")
+            console.print(f"[bold]{m(doc_id)}[/] ({len(ids)} tokens): {m(repr(text[:300]))}")
     return 0

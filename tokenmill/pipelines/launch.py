@@ -26,7 +26,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineRunner, create_runner
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
-from tokenmill.errors import UserError
+from tokenmill.errors import Terminated, UserError
 from tokenmill.pipelines import warm
 
 
@@ -210,10 +210,10 @@ def failure(e: BaseException, out: str, log: str | None = None) -> UserError:
     return UserError(f"the pipeline failed{where}: {last[:500]}; the previous output in {out} is untouched{logged}")
 
 
-def interrupted(e: BaseException) -> bool:
-    # Beam re-raises a KeyboardInterrupt from inside a step as RuntimeError("KeyboardInterrupt
-    # [while running ...]"), raised while the KeyboardInterrupt is handled.
-    return any(isinstance(c, KeyboardInterrupt) for c in _chain(e))
+def interrupted(e: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt behind ``e``, if any. Beam re-raises a KeyboardInterrupt from inside a step
+    as RuntimeError("KeyboardInterrupt [while running ...]"), raised while it is handled."""
+    return next((c for c in _chain(e) if isinstance(c, KeyboardInterrupt)), None)
 
 
 def _local_workers(options: PipelineOptions, runner: PipelineRunner) -> PipelineRunner:
@@ -256,32 +256,35 @@ def end_workers() -> None:
 
 @contextlib.contextmanager
 def interruptible():
-    """Ctrl-C ends the run promptly. Beam's teardown waits for every multi_processing worker to
-    finish its bundle, and one the launcher stopped feeding never finishes: the workers, which
-    ignore SIGINT, are ended first. What Beam's threads then raise about the workers they lost
-    (gRPC stream errors, "Worker subprocess exited") is the interrupt's fallout, not news: after
-    an interrupt, thread exceptions are not printed, for the rest of the process."""
+    """Ctrl-C (SIGINT) and SIGTERM end the run promptly. Beam's teardown waits for every
+    multi_processing worker to finish its bundle, and one the launcher stopped feeding never
+    finishes: the workers, which ignore SIGINT, are ended first. What Beam's threads then raise
+    about the workers they lost (gRPC stream errors, "Worker subprocess exited") is the
+    interrupt's fallout, not news: after an interrupt, thread exceptions are not printed, for
+    the rest of the process. SIGTERM raises Terminated, a KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     interrupted = False
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         nonlocal interrupted
         interrupted = True
         end_workers()
-        raise KeyboardInterrupt
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def hook(args):
         if not interrupted:
             old_hook(args)
 
-    old_handler, old_hook = signal.signal(signal.SIGINT, on_sigint), threading.excepthook
+    old_int, old_term = signal.signal(signal.SIGINT, on_signal), signal.signal(signal.SIGTERM, on_signal)
+    old_hook = threading.excepthook
     threading.excepthook = hook
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_handler)
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
         if not interrupted:  # Beam's threads may still be failing after the run has unwound
             threading.excepthook = old_hook
 

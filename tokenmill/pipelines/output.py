@@ -7,15 +7,22 @@ leaves the previous output whole; its stage folder is removed then, or by the ne
 
 A local OUT is locked with ``flock`` for the whole run: the kernel releases it when the process
 dies, so a crashed run never leaves it stuck. Object stores (gs://, s3://) have no such lock.
+
+OUT may be a folder someone else made. Nothing here follows a symbolic link inside it: the
+lock is opened with O_NOFOLLOW, a folder the run writes into (docs/, shards/, report/samples/,
+...) that is a link is refused before the run, and a leftover stage folder that is a link is
+neither entered nor removed. Only files a run owns are replaced; nothing else is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import fnmatch
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 
@@ -32,6 +39,8 @@ STAGE_PREFIX = ".tokenmill-stage-"
 OLD_PREFIX = ".tokenmill-old-"
 LOCK_NAME = ".tokenmill.lock"
 COMPLETE = ".complete"  # in a stage folder: the run succeeded and its publish began
+# The folders the owned files live in ("export/*" is each format's folder), parents first.
+OWNED_FOLDERS = tuple(dict.fromkeys("/".join(p.split("/")[:i]) for p in OWNED for i in range(1, p.count("/") + 1)))
 
 
 def _local(out: str) -> bool:
@@ -44,12 +53,20 @@ def locked(out: str) -> Iterator[None]:
     if not _local(out):
         yield
         return
+    lock = os.path.join(out, LOCK_NAME)
     try:
         os.makedirs(out, exist_ok=True)
-        fd = os.open(os.path.join(out, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"output: {lock} is a symbolic link; tokenmill does not write through links "
+                            "in OUT (remove it)") from None
         raise UserError(f"output: cannot write {out} ({e.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"output: {lock} is not a regular file (remove it)")
     try:
+        check_no_links(out)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -61,6 +78,41 @@ def locked(out: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def check_no_links(out: str) -> None:
+    """Refuse, in one line, a local OUT whose folders a run writes into are symbolic links: the
+    run would write, and replace files, wherever they point."""
+    if not _local(out):
+        return
+    for folder in OWNED_FOLDERS:
+        parent, _, name = folder.rpartition("/")
+        names = [name]
+        if name == "*":  # every entry of the parent (checked itself just before)
+            base = os.path.join(out, parent)
+            names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+        for n in names:
+            path = os.path.join(out, parent, n)
+            if os.path.islink(path):
+                raise UserError(f"output: {path} is a symbolic link; tokenmill writes only into real folders "
+                                "under OUT (remove the link, or choose another --output)")
+
+
+def check_separate(src: str, target: str, verb: str) -> None:
+    """Refuse, in one line, a ``verb --output`` that is the OUT it reads (however spelled: another
+    path, a link to it) or inside a folder that a run into OUT replaces (docs/, shards/, ...)."""
+    if not (_local(src) and _local(target)):
+        if FileSystems.join(target, "") == FileSystems.join(src, ""):
+            raise UserError(f"{verb}: --output {target} is the output it reads; choose another folder")
+        return
+    real_src, real_target = os.path.realpath(src), os.path.realpath(target)
+    if real_target == real_src:
+        raise UserError(f"{verb}: --output {target} is {src} itself; choose another folder")
+    for top in dict.fromkeys(folder.split("/")[0] for folder in OWNED_FOLDERS):
+        inside = os.path.join(real_src, top)
+        if os.path.commonpath([real_target, inside]) == inside:
+            raise UserError(f"{verb}: --output {target} is inside {os.path.join(src, top)}, which a run into "
+                            f"{src} replaces; choose a folder outside it")
 
 
 def _files(folder: str, patterns) -> list[str]:
@@ -95,14 +147,15 @@ def remove_leftovers(out: str) -> None:
     replaced); any other stage is an unfinished run's and is removed, as are old folders."""
     if not (_local(out) and os.path.isdir(out)):
         return
-    names = sorted(os.listdir(out))
+    # A link by one of these names is not a run's: it is neither entered nor removed.
+    names = [n for n in sorted(os.listdir(out)) if n.startswith((STAGE_PREFIX, OLD_PREFIX))
+             and not os.path.islink(os.path.join(out, n))]
     for name in names:
         stage = os.path.join(out, name)
         if name.startswith(STAGE_PREFIX) and os.path.exists(os.path.join(stage, COMPLETE)):
             _move_in(stage, out)
     for name in names:
-        if name.startswith((STAGE_PREFIX, OLD_PREFIX)):
-            _remove(os.path.join(out, name))
+        _remove(os.path.join(out, name))
 
 
 def new_stage(out: str) -> str:

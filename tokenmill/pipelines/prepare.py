@@ -217,8 +217,8 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
                 except (UserError, KeyboardInterrupt):
                     raise
                 except Exception as e:  # noqa: BLE001 - whatever a worker raised becomes one line
-                    if launch.interrupted(e):
-                        raise KeyboardInterrupt from None
+                    if (stop := launch.interrupted(e)) is not None:
+                        raise type(stop)() from None
                     raise launch.failure(e, cfg.output, harness_log) from None
         except BaseException:
             output.discard(stage)

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from tokenmill.config import JobConfig, load_validated
 from tokenmill.errors import UserError, first_line
+from tokenmill.pipelines import output as output_folder
 from tokenmill.pipelines import prepare
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.readers import InputScan
@@ -170,8 +171,7 @@ def run(src: str, output: str, config: str | None, sets: list[str], beam_args: l
     if not FileSystems.exists(FileSystems.join(src, "docs")):
         raise UserError(f"{src}: not a prepared output (no docs folder)")
     cfg, original = settings(src, output, config, sets)
-    if FileSystems.exists(output) and FileSystems.join(output, "") == FileSystems.join(src, ""):
-        raise UserError("refilter: --output must be another folder than OUT")
+    output_folder.check_separate(src, output, "refilter")
     prepare.check_settings(cfg)
     reuse = all(cfg.dedup.model_dump()[k] == original["dedup"][k] for k in _MINHASH_KEYS)
     scan = input_scan(src)

@@ -53,7 +53,9 @@ def main() -> None:
     # Before Beam's imports: one of them logs a warning on the root logger, which would give it
     # a handler printing everything Beam logs at INFO.
     handler = logging.StreamHandler(os.fdopen(os.dup(2), "w", buffering=1))
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    from tokenmill.terminal import SafeFormatter  # a warning quotes input file names and parse errors
+
+    handler.setFormatter(SafeFormatter("%(levelname)s %(name)s: %(message)s"))
     handler.addFilter(_shown)
     logging.getLogger().addHandler(handler)
     # Beam prints the traceback of a failed bundle straight to sys.stderr, besides logging it.

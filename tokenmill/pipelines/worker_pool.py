@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--service_port", type=int, required=True)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+    from tokenmill.terminal import SafeFormatter  # a failed bundle's log line may quote data
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(SafeFormatter(logging.BASIC_FORMAT))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     address, server = SharedWorkerPool.start(use_process=True, port=args.service_port)
     print(f"tokenmill worker pool at {address}", file=sys.stderr, flush=True)
     try:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 from tokenmill.errors import UserError
+from tokenmill.terminal import safe
 from tokenmill.trainer.config import load_train_config
 
 EVAL_DOCS = 2000  # default cap on evaluation documents (the first ones, in file order)
@@ -70,12 +71,12 @@ def read_texts(path: str, limit: int) -> list[str]:
 def val_texts(out: str, manifest: dict, limit: int) -> list[str]:
     """An arm's validation split as text: its documents' tokens decoded by its own tokenizer."""
     import pyarrow as pa
-    from tokenizers import Tokenizer
 
     from tokenmill.format import tokenizer_path
+    from tokenmill.native import load_tokenizer
 
     tok = manifest["tokenizer"]
-    tokenizer = Tokenizer.from_file(tokenizer_path(out, manifest))
+    tokenizer = load_tokenizer(tokenizer_path(out, manifest))
     texts: list[str] = []
     for shard in manifest["splits"].get("val", {}).get("shards", []):
         with pa.memory_map(os.path.join(out, shard["file"])) as source:
@@ -113,7 +114,7 @@ def train_run(out: str, run_dir: str, seed: int, steps: int, config: str | None,
         if line.startswith("tokenmill: error:"):
             error = line.removeprefix("tokenmill: error:").strip()
         elif line.startswith("step ") or "exported" in line:
-            print(f"  {label}: {line.rstrip()}", file=sys.stderr, flush=True)
+            print(safe(f"  {label}: {line.rstrip()}"), file=sys.stderr, flush=True)
     if proc.wait() != 0:
         raise UserError(f"compare: training {label} failed: {error or f'exit code {proc.returncode}'}")
 
@@ -198,7 +199,8 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
             if not done or done.get("key") != arm_key:
                 # Anything there is another setting's run: the trainer would resume from it.
                 shutil.rmtree(run_dir, ignore_errors=True)
-                print(f"compare: training {label}: {steps} steps x {per_step:,} tokens", file=sys.stderr, flush=True)
+                print(safe(f"compare: training {label}: {steps} steps x {per_step:,} tokens"), file=sys.stderr,
+                      flush=True)
                 train_run(out, run_dir, seed, steps, config, sets, label)
                 model = load_exported(os.path.join(run_dir, "hf")).to(device)
                 on_val = {other: text_bpb(model, tokenizer_json, tok["eos_id"], t, cfg.data.seq_len, device)["bpb"]
@@ -209,7 +211,7 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
                 with open(done_path, "w", encoding="utf-8") as fh:
                     json.dump(done, fh, indent=2)
             else:
-                print(f"compare: {label} already done", file=sys.stderr, flush=True)
+                print(safe(f"compare: {label} already done"), file=sys.stderr, flush=True)
             curve = read_curve(run_dir)
             runs.append({"seed": seed, "run_dir": run_dir, "eval_bpb": done["eval"]["bpb"],
                          "eval_tokens": done["eval"]["tokens"], "final_loss": curve[-1][1] if curve else None,
@@ -243,20 +245,22 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
 
 
 def print_table(result: dict, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from tokenmill.terminal import console as safe_console
+    from tokenmill.terminal import markup as m
+
+    console = console or safe_console()  # arm names are the outputs' folder names: terminal.markup
     t = Table(title=f"eval bits per byte ({result['eval']['docs']:,} docs, {result['tokens_per_arm']:,} training "
                     f"tokens per arm, {len(result['seeds'])} seed(s))")
     for col in ("arm", "bpb mean", "seed min-max", "vocab", "kept tokens"):
         t.add_column(col, justify="left" if col == "arm" else "right")
     for a in result["arms"]:
         b = a["eval_bpb"]
-        t.add_row(a["name"], f"{b['mean']:.4f}", f"{b['min']:.4f}-{b['max']:.4f}", f"{a['tokenizer']['vocab_size']:,}",
+        t.add_row(m(a["name"]), f"{b['mean']:.4f}", f"{b['min']:.4f}-{b['max']:.4f}", f"{a['tokenizer']['vocab_size']:,}",
                   f"{a['corpus_tokens']:,}")
     console.print(t)
     for v in result["verdicts"]:
         said = ("seed spread unknown (1 seed)" if v["exceeds_spread"] is None else
                 "beyond the seed spread" if v["exceeds_spread"] else "within the seed spread")
-        console.print(f"{v['best']} beats {v['arm']} by {v['gap_bpb']:.4f} bpb: {said}")
+        console.print(f"{m(v['best'])} beats {m(v['arm'])} by {v['gap_bpb']:.4f} bpb: {said}")

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
-from tokenmill.config import load_validated
+from tokenmill.config import STRICT, Strict, load_validated
 from tokenmill.errors import UserError
 
-# No float of the trainer means anything as inf or nan: an infinite lr or rope_theta trained
-# garbage (or crashed the progress line) instead of being refused here.
-_STRICT = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
-
-class _Section(BaseModel):
-    model_config = _STRICT
+# tokenmill.config's rules (no inf or nan: an infinite lr or rope_theta trained garbage or
+# crashed the progress line; nothing past 64 bits).
+class _Section(Strict):
+    pass
 
 
 # Llama-style shapes. 1b follows Llama-3.2-1B (16 x 2048, 32 heads, 8 KV heads, FFN 8192).
@@ -82,7 +80,7 @@ class DataConfig(_Section):
     # document start. Off: documents attend across EOS, as in GPT-2/Llama pretraining.
     doc_mask: bool = False
     num_workers: int = Field(default=2, ge=0, le=64)
-    prefetch_factor: int = Field(default=4, ge=1)
+    prefetch_factor: int = Field(default=4, ge=1, le=64)  # micro-batches each worker holds ready
     # sha256 of every shard against the manifest before training (false: sizes only).
     verify_checksums: bool = True
 
@@ -143,7 +141,7 @@ class ParallelConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    model_config = ConfigDict(**_STRICT, populate_by_name=True)
+    model_config = ConfigDict(**STRICT, populate_by_name=True)
 
     every: int = Field(default=1000, ge=0)  # steps; 0: off
     every_minutes: float = Field(default=60.0, ge=0)  # wall clock; 0: off
@@ -174,8 +172,7 @@ class ExportConfig(_Section):
     dtype: Literal["float32", "bfloat16"] = "float32"
 
 
-class TrainJobConfig(BaseModel):
-    model_config = _STRICT
+class TrainJobConfig(Strict):
 
     seed: int = Field(default=0, ge=0, lt=2**63)
     # auto: bf16 on a GPU that has it, else fp32.

@@ -28,11 +28,11 @@ def token_byte_lengths(tokenizer_json: str) -> np.ndarray:
     (Unigram): the token with its U+2581 as a space. WordPiece: the token without its ``##``,
     plus one byte for the space before a word-initial token (the decoder's convention; a
     punctuation token counts one byte too many)."""
-    from tokenizers import Tokenizer
+    from tokenmill.native import load_tokenizer
 
     with open(tokenizer_json, encoding="utf-8") as fh:
         spec = json.load(fh)
-    tok = Tokenizer.from_file(tokenizer_json)
+    tok = load_tokenizer(tokenizer_json)
     decoder = (spec.get("decoder") or {}).get("type", "")
     special = {a["id"] for a in spec.get("added_tokens", []) if a.get("special")}
     lengths = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=np.int64)
@@ -98,9 +98,9 @@ def text_bpb(model, tokenizer_json: str, eos_id: int, texts: list[str], seq_len:
     """Bits per byte of ``model`` on documents, each encoded by the model's own tokenizer and
     preceded by EOS (as training streams them), so every text token is predicted; the bytes
     are the documents' exact UTF-8 bytes. One process, no collective (compare's evaluation)."""
-    from tokenizers import Tokenizer
+    from tokenmill.native import load_tokenizer
 
-    tok = Tokenizer.from_file(tokenizer_json)
+    tok = load_tokenizer(tokenizer_json)
     ids = np.fromiter((i for enc in tok.encode_batch_fast(texts, add_special_tokens=False) for i in (eos_id, *enc.ids)),
                       dtype=np.int64)
     full, rest = stream_windows(ids, seq_len)

@@ -56,9 +56,9 @@ def from_hf_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def tokenizer_files(tokenizer_json: str, tok: dict, max_len: int) -> dict[str, dict]:
     """tokenizer_config.json and special_tokens_map.json for PreTrainedTokenizerFast."""
-    from tokenizers import Tokenizer
+    from tokenmill.native import load_tokenizer
 
-    t = Tokenizer.from_file(tokenizer_json)
+    t = load_tokenizer(tokenizer_json)
     special = {}
     for key, tid in (("eos_token", tok.get("eos_id")), ("bos_token", tok.get("bos_id")), ("pad_token", tok.get("pad_id"))):
         if tid is not None and t.id_to_token(tid) is not None:

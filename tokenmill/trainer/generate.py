@@ -88,14 +88,14 @@ def sample(model: Transformer, ids: list[int], max_tokens: int, temperature: flo
 def generate(run: str, prompt: str, max_tokens: int = 100, temperature: float = 0.8, top_k: int = 50,
              seed: int = 0) -> tuple[str, str]:
     """(the prompt's continuation, where the weights came from)."""
-    from tokenizers import Tokenizer
+    from tokenmill.native import load_tokenizer
 
     if max_tokens < 1:
         raise UserError("--max-tokens must be at least 1")
     if temperature < 0 or top_k < 0:
         raise UserError("--temperature and --top-k must not be negative")
     model, tokenizer_json, eos, source = load_run(run)
-    tok = Tokenizer.from_file(tokenizer_json)
+    tok = load_tokenizer(tokenizer_json)
     ids = tok.encode(prompt, add_special_tokens=False).ids
     if not ids:  # an empty prompt starts a document, as training saw them: after EOS
         ids = [eos] if eos is not None else []

@@ -217,7 +217,10 @@ class Metrics:
 
     def note(self, text: str) -> None:
         if self.enabled:
-            print(f"tokenmill train: {text}", file=sys.stderr, flush=True)
+            from tokenmill.terminal import safe
+
+            # it names paths and checkpoints, and what differs between two tokenizers
+            print(f"tokenmill train: {safe(text)}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._fh:

@@ -72,13 +72,13 @@ def lookup_docs(out: str, ids: set[str]) -> dict[str, dict]:
 
 
 def show(run: str, out: str, chars: int = 100, console=None) -> int:
-    from rich.console import Console
-    from rich.markup import escape
+    from tokenmill.terminal import console as safe_console
+    from tokenmill.terminal import markup as escape
 
-    console = console or Console()
+    console = console or safe_console()
     spikes = read_spikes(run)
     if not spikes:
-        console.print(f"{run}: no loss spikes logged ({FILE} is empty or absent)")
+        console.print(f"{escape(run)}: no loss spikes logged ({FILE} is empty or absent)")
         return 0
     docs = lookup_docs(out, {d for s in spikes for d in s["docs"]})
     for s in spikes:
@@ -88,7 +88,7 @@ def show(run: str, out: str, chars: int = 100, console=None) -> int:
         for d in s["docs"]:
             row = docs.get(d)
             if row is None:
-                console.print(f"  {escape(d)}  (not in {out}/docs)")
+                console.print(f"  {escape(d)}  (not in {escape(out)}/docs)")
                 continue
             text = " ".join((row.get("text") or "").split())[:chars]
             console.print(f"  {escape(d)}  {escape(row.get('url') or '')}\n    {escape(text)}")

@@ -41,12 +41,13 @@ def thresholds(cfg: ClassifierConfig) -> dict[str, float]:
     return {column: cfg.threshold for column in models(cfg)}
 
 
-def load(path: str):
-    """A fastText model, with one line if it does not load (the language model's loader)."""
+def load(path: str, probe: bool = False):
+    """A fastText model, with one line if it does not load (the language model's loader;
+    ``probe``: tried in a child process first)."""
     from tokenmill.transforms.langid import load_model
 
     try:
-        return load_model(path)
+        return load_model(path, "quality.classifier.model", probe)
     except (OSError, ValueError, RuntimeError) as e:
         raise UserError(f"quality.classifier.model {path}: not a fastText model that loads ({e})") from None
 
@@ -61,7 +62,7 @@ def score(model, text: str, label: str) -> float:
 def check(cfg: ClassifierConfig) -> None:
     """Every model loads and knows ``label``: a misnamed label would score every document 0."""
     for path in models(cfg).values():
-        labels, _ = load(path).predict("", k=-1, threshold=-1.0)
+        labels, _ = load(path, probe=True).predict("", k=-1, threshold=-1.0)
         if LABEL_PREFIX + cfg.label not in labels:
             raise UserError(f"quality.classifier.label {cfg.label!r}: {path} has labels "
                             f"{', '.join(sorted(lab.removeprefix(LABEL_PREFIX) for lab in labels))}")

@@ -8,17 +8,17 @@ one exists (``__label__eng_Latn`` -> ``en``, ``__label__deu`` -> ``de``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import hashlib
 import importlib.util
 import os
-import shutil
-import tempfile
 
 from apache_beam.io.filesystems import FileSystems
 
+from tokenmill import native
 from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
+from tokenmill.private import is_throwaway, local_copy
 from tokenmill.transforms.doc import drop, stored
 from tokenmill.transforms.stage import Stage, StageFn
 
@@ -41,25 +41,24 @@ def resolve_model_path(cfg: LanguageConfig) -> str:
     return path
 
 
-def _local_copy(path: str) -> str:
-    """fastText loads from a local file only: a gs:// or s3:// model is copied to the worker once."""
-    if "://" not in path:
-        return path
-    local = os.path.join(tempfile.gettempdir(), "tokenmill-" + hashlib.sha256(path.encode()).hexdigest()[:16])
-    if not os.path.exists(local):
-        with FileSystems.open(path) as src, open(local + ".part", "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 22)
-        os.replace(local + ".part", local)
-    return local
-
-
-def load_model(path: str):
+def load_model(path: str, what: str = "language.model", probe: bool = False):
+    """The fastText model at ``path``. ``probe``: load it in a child process first (the pre-flight
+    checks do; see tokenmill.native), so a crafted model that crashes fastText is one line."""
     import fasttext
 
+    local = local_copy(path)
     try:
-        return fasttext.load_model(_local_copy(path))
+        if probe and os.path.realpath(local) != os.path.realpath(default_model_path()):
+            native.check_fasttext(local, what)
+        return fasttext.load_model(local)
+    except UserError:
+        raise
     except Exception as e:  # fastText raises ValueError on a file that is not a model
-        raise UserError(f"language.model: {path} is not a fastText model ({e})") from None
+        raise UserError(f"{what}: {path} is not a fastText model ({e})") from None
+    finally:  # fastText reads the whole file: a copy of this process's own is done with
+        if is_throwaway(local):
+            with contextlib.suppress(OSError):
+                os.unlink(local)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -80,7 +79,7 @@ def check_languages(cfg: LanguageConfig, more: dict[str, list[str]] | None = Non
     it never predicts (``eng``, ``en-US``, ``klingon``) would drop the whole corpus."""
     path = resolve_model_path(cfg)
     # fasttext-predict has no get_labels: every label, with a threshold below any probability.
-    labels, _ = load_model(path).predict("", k=-1, threshold=-1.0)
+    labels, _ = load_model(path, probe=True).predict("", k=-1, threshold=-1.0)
     known = {iso_code(label) for label in labels}
     keys = {"language.keep": cfg.keep, "language.thresholds": list(cfg.thresholds), **(more or {})}
     for key, codes in keys.items():

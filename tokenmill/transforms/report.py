@@ -240,10 +240,14 @@ class ReportFn(beam.CombineFn):
 
 
 def print_summary(report: dict[str, Any], console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from tokenmill.terminal import console as safe_console
+    from tokenmill.terminal import markup as m
+
+    # Stage names, drop reasons, input names, language labels and file names are data (a
+    # language model's labels, a report.json someone published): terminal.markup.
+    console = console or safe_console()
     d = report["documents"]
     console.print(f"[bold]{d['read']:,}[/] documents read, [green]{d['kept']:,} kept[/], "
                   f"[red]{d['dropped']:,} dropped[/], {report.get('chars_kept', 0):,} characters kept")
@@ -253,20 +257,20 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     for row in report["funnel"]:
         if not row["in"] and not row["dropped"]:
             continue
-        top = ", ".join(f"{r} {n:,}" for r, n in list(row["reasons"].items())[:3])
-        t.add_row(row["stage"], f"{row['in']:,}", f"{row['dropped']:,}", f"{row['out']:,}", top)
+        top = ", ".join(f"{m(r)} {n:,}" for r, n in list(row["reasons"].items())[:3])
+        t.add_row(m(row["stage"]), f"{row['in']:,}", f"{row['dropped']:,}", f"{row['out']:,}", top)
     console.print(t)
     if report.get("inputs_skipped"):
-        console.print("Inputs not read: " + ", ".join(f"{k} {v:,}" for k, v in report["inputs_skipped"].items()))
+        console.print("Inputs not read: " + ", ".join(f"{m(k)} {v:,}" for k, v in report["inputs_skipped"].items()))
     langs = list(report["languages"].items())[:12]
     if langs:
-        console.print("Languages kept: " + ", ".join(f"{k} {v:,}" for k, v in langs))
+        console.print("Languages kept: " + ", ".join(f"{m(k)} {v:,}" for k, v in langs))
     if report.get("tokens_kept"):
         console.print(f"Tokens kept: {report['tokens_kept']:,}")
     if report.get("pii_redactions"):
-        console.print("PII redacted: " + ", ".join(f"{k} {v:,}" for k, v in report["pii_redactions"].items()))
+        console.print("PII redacted: " + ", ".join(f"{m(k)} {v:,}" for k, v in report["pii_redactions"].items()))
     if report.get("decontamination"):
-        console.print("Evaluation overlap: " + ", ".join(f"{k} {v:,}" for k, v in report["decontamination"].items()))
+        console.print("Evaluation overlap: " + ", ".join(f"{m(k)} {v:,}" for k, v in report["decontamination"].items()))
     dedup = report.get("dedup")
     if dedup:
         console.print(f"Duplicates: {dedup['clusters']:,} clusters, removed {dedup['removed_exact']:,} exact + "

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from tokenmill.errors import UserError, first_line
+from tokenmill import native
+from tokenmill.errors import UserError
 from tokenmill.transforms.stage import CombineOnce, count
 
 EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
@@ -60,13 +61,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 32000, kind: str = "
     return tok
 
 
-def tokenizer_from_json(text: str, where: str = "tokenizer"):
-    from tokenizers import Tokenizer
-
-    try:
-        return Tokenizer.from_str(text)
-    except Exception as e:  # the Rust side raises a plain Exception on a bad file
-        raise UserError(f"{where}: not a Hugging Face tokenizer.json ({first_line(e)})") from None
+def tokenizer_from_json(text: str, where: str = "tokenizer", checked: bool = False):
+    """The Tokenizer of a tokenizer.json text, tried in a child process first unless ``checked``
+    (tokenmill.native: a crafted file can panic Rust)."""
+    return native.tokenizer_from_text(text, where, checked=checked)
 
 
 def read_tokenizer_json(path: str) -> str:
@@ -152,7 +150,7 @@ class Encoder:
 
     def __init__(self, tok_json: str, eos_token: str | None):
         self.json = tok_json
-        tok = tokenizer_from_json(tok_json)
+        tok = tokenizer_from_json(tok_json, checked=True)  # the launcher tried it (check_tokenizer)
         self.info = tokenizer_info(tok_json, eos_token, tok)
         self.dtype = token_dtype(self.info["vocab_size"])
         self._tok, self._eos = tok, self.info["eos_id"]
