@@ -171,3 +171,34 @@ def test_export_verifies_checksums_first(made, tmp_path, capsys):
     line = _one_line(capsys)
     assert "sha256" in line and shard.name in line
     assert not (tmp_path / "exp").exists()
+
+
+def test_a_shard_with_crafted_offsets_is_a_problem_not_a_crash(made, tmp_path, capsys):
+    """A received OUT whose shard's list offsets point past its token buffer, with the manifest's
+    checksums made to match: inspect and export name the shard instead of reading outside it."""
+    import hashlib
+
+    import numpy as np
+    import pyarrow as pa
+
+    d, inp, ref, sets = made
+    out = tmp_path / "out"
+    shutil.copytree(ref, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["splits"]["train"]["shards"][0]
+    shard = out / entry["file"]
+    with pa.memory_map(str(shard)) as src:
+        offsets = pa.ipc.open_file(src).get_batch(0).column("tokens").offsets.to_numpy().astype(np.int32)
+    data = shard.read_bytes()
+    at = data.index(offsets.tobytes())  # the offsets buffer, as the file holds it
+    crafted = offsets.copy()
+    crafted[-1] += 10_000_000  # the last document ends 10M tokens past the token buffer
+    shard.write_bytes(data[:at] + crafted.tobytes() + data[at + len(crafted) * 4:])
+    entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    entry["bytes"] = shard.stat().st_size
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["export", str(out), "--format", "nanogpt", "--output", str(tmp_path / "exp")]) == 2
+    line = _one_line(capsys)
+    assert shard.name in line and "not a readable Arrow IPC file" in line, line
+    assert main(["inspect", str(out), "--docs", "0"]) == 1
+    assert "not a readable Arrow IPC file" in capsys.readouterr().out

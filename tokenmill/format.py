@@ -325,6 +325,9 @@ def count_shard(path: str) -> tuple[int, int]:
         docs = tokens = 0
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
+            # Offsets within bounds, buffers as long as they claim: a crafted shard (its checksum
+            # in a crafted manifest) would otherwise have the trainer read outside the file.
+            batch.validate(full=True)
             docs += batch.num_rows
             tokens += len(batch.column("tokens").values)
     return docs, tokens
