@@ -1,7 +1,8 @@
 """The two ends of the bucket design (transforms/buckets): the clean phase's last step, which
 stashes documents and sends on small records, and the finish phase, one bucket at a time.
 
-``finish_bucket`` is the pure core (a test calls it without Beam); the DoFns only wire it in.
+``BucketFinisher`` is the pure core (a test calls it without Beam, through ``finish_bucket``); the
+DoFns only wire it in.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def verdict_bucket(v: Verdict, buckets: int, mode: str) -> int:
 
 
 class ShardOpener:
-    """Opens a bucket's shard of a split (named by the bucket) for finish_bucket."""
+    """Opens a bucket's shard of a split (named by the bucket) for BucketFinisher."""
 
     def __init__(self, out: str, bucket: int, buckets: int, encoder: Encoder, val_fraction: float, batch_tokens: int):
         self.val_fraction = val_fraction
@@ -151,96 +152,162 @@ class ShardOpener:
         return ShardFile(out, split, bucket, buckets, schema, batch_tokens)
 
 
-def finish_bucket(
-    locators: Iterable[Locator],
-    verdicts: Iterable[Verdict],
-    reader: CandidateReader,
-    encoder: Encoder | None,
-    shard_opener: ShardOpener | None,
-    docs_opener,
-    batch_size: int,
-    repeats: dict[int, int] | None = None,
-    lines: tuple[boilerplate.Sketch, Any] | None = None,
-    batch_chars: int = 1 << 18,
-    give_back: GiveBack | None = None,
-) -> Iterator[tuple[str, Any]]:
+class _DocsFiles:
+    """A bucket's docs Parquet files, one per branch (KEPT, DUPLICATES, FILTERED), each opened
+    by ``opener(branch)`` when its first document comes."""
+
+    def __init__(self, opener):
+        self._open = opener
+        self._files: dict[str, Any] = {}
+
+    def write(self, branch: str, doc: dict) -> tuple[str, dict]:
+        if branch not in self._files:
+            self._files[branch] = self._open(branch)
+        self._files[branch].add(doc)
+        return branch, doc
+
+    def close(self) -> None:
+        for branch in sorted(self._files):
+            self._files[branch].close()
+
+    def abandon(self) -> None:
+        for writer in self._files.values():
+            writer.abandon()
+
+
+class _Shards:
+    """A bucket's shards, one per split (opened by ``opener`` on first use); ``repeats``: a
+    survivor goes in as many times as rehydration says for its cluster's size."""
+
+    def __init__(self, opener: ShardOpener, repeats: dict[int, int] | None):
+        self._open, self._repeats = opener, repeats
+        self._shards: dict[str, ShardFile] = {}
+
+    def add(self, doc: dict, ids) -> None:
+        split = split_of(doc["id"], self._open.val_fraction)
+        if split not in self._shards:
+            self._shards[split] = self._open(split)
+        copies = rehydrated(doc.get("dup_cluster_size") or 1, self._repeats) if self._repeats else 1
+        for _ in range(copies):
+            self._shards[split].add(doc["id"], ids)
+
+    def close(self) -> Iterator[tuple[str, Any]]:
+        """Each shard's manifest entry, as (SHARDS, meta), splits in name order."""
+        for split in sorted(self._shards):
+            yield SHARDS, self._shards[split].close()
+
+    def abandon(self) -> None:
+        for writer in self._shards.values():
+            writer.abandon()
+
+
+class BucketFinisher:
     """One bucket: its documents in (id, tie) order with dedup's verdicts applied, each written
     to its docs Parquet file (``docs_opener(KEPT | DUPLICATES | FILTERED)`` opens one) and given
     back as (that name, doc); survivors tokenized in batches and, with a ``shard_opener``,
     streamed into the bucket's shards, whose manifest entries come last as (SHARDS, meta).
+
     ``repeats`` (dedup.keep=rehydrate): a cluster's survivor goes into its shard that many
     times by the cluster's size (survivor.rehydrated). A batch ends at ``batch_size`` documents
     or ``batch_chars`` characters, whichever comes first. ``lines`` (sketch, BoilerplateConfig):
     survivors lose their boilerplate lines first; one left with no text is filtered as
     ``boilerplate:empty``. ``give_back`` (one per worker, shared by its buckets; a new one by
-    default) returns freed pages to the OS at the start and between batches."""
-    book = VerdictBook(verdicts)
-    files: dict[str, Any] = {}
-    shards: dict[str, ShardFile] = {}
-    batch: list[dict] = []
-    batch_text = 0
-    # Freed pages go back to the OS now (what the decide phase left: 12-42 MB per worker at 60k
-    # pages) and between encode batches, within 5% of the time.
-    give_back = give_back or GiveBack()
-    give_back()
+    default) returns freed pages to the OS at the start and between batches.
 
-    def write(branch: str, doc: dict) -> tuple[str, dict]:
-        if branch not in files:
-            files[branch] = docs_opener(branch)
-        files[branch].add(doc)
-        return branch, doc
+    One object per bucket: ``run`` once."""
 
-    def flush():
-        nonlocal batch_text
-        batch_text = 0
-        ids_list = encoder.encode(batch) if encoder else [None] * len(batch)
-        for d, ids in zip(batch, ids_list):
-            if ids is not None and shard_opener is not None:
-                split = split_of(d["id"], shard_opener.val_fraction)
-                if split not in shards:
-                    shards[split] = shard_opener(split)
-                for _ in range(rehydrated(d.get("dup_cluster_size") or 1, repeats) if repeats else 1):
-                    shards[split].add(d["id"], ids)
-        out = [write(KEPT, d) for d in batch]
+    def __init__(self, reader: CandidateReader, docs_opener, encoder: Encoder | None = None,
+                 shard_opener: ShardOpener | None = None, *, batch_size: int, batch_chars: int = 1 << 18,
+                 repeats: dict[int, int] | None = None, lines: tuple[boilerplate.Sketch, Any] | None = None,
+                 give_back: GiveBack | None = None):
+        self._reader, self._encoder, self._lines = reader, encoder, lines
+        self._batch_size, self._batch_chars = batch_size, batch_chars
+        self._docs = _DocsFiles(docs_opener)
+        self._shards = _Shards(shard_opener, repeats) if shard_opener is not None else None
+        self._give_back = give_back or GiveBack()
+        self._batch: list[dict] = []
+        self._batch_text = 0
+
+    def run(self, locators: Iterable[Locator], verdicts: Iterable[Verdict]) -> Iterator[tuple[str, Any]]:
+        book = VerdictBook(verdicts)
+        # Freed pages go back to the OS now (what the decide phase left: 12-42 MB per worker at
+        # 60k pages) and between encode batches, within 5% of the time.
+        self._give_back()
+        try:
+            for loc, doc in self._in_order(locators):
+                branch = self._judged(doc, book, loc.key) or self._cut_boilerplate(doc)
+                if branch:
+                    yield self._docs.write(branch, doc)
+                    continue
+                self._batch.append(doc)
+                self._batch_text += len(doc["text"])
+                if len(self._batch) >= self._batch_size or self._batch_text >= self._batch_chars:
+                    yield from self._flush()
+            if self._batch:
+                yield from self._flush()
+        except BaseException:  # a failed (or abandoned) bucket leaves no temporary file behind
+            self._docs.abandon()
+            if self._shards is not None:
+                self._shards.abandon()
+            raise
+        self._docs.close()
+        if self._shards is not None:
+            yield from self._shards.close()
+
+    def _in_order(self, locators: Iterable[Locator]) -> Iterator[tuple[Locator, dict]]:
+        """The bucket's documents read back in (id, tie, node key) order."""
+        for loc in sorted(locators, key=lambda lc: (lc.id, lc.tie, lc.key or b"")):
+            yield loc, unpack(self._reader.read(loc))
+
+    @staticmethod
+    def _judged(doc: dict, book: VerdictBook, key: bytes | None) -> str | None:
+        """FILTERED for a document a clean-phase stage dropped, DUPLICATES for one dedup's
+        verdict drops (``book`` sets its cluster fields either way), else None."""
+        if docmod.is_dropped(doc):
+            return FILTERED
+        if docmod.is_dropped(book.apply(doc, key)):
+            count(f"dropped.{doc['dropped_by']}")
+            return DUPLICATES
+        return None
+
+    def _cut_boilerplate(self, doc: dict) -> str | None:
+        """Cuts a survivor's boilerplate lines (with ``lines``); FILTERED if no text is left."""
+        if self._lines is None:
+            return None
+        n_lines, n_chars = boilerplate.strip(doc, *self._lines)
+        doc["boilerplate_chars"], doc["boilerplate_lines"] = n_chars, n_lines
+        if n_lines:
+            count("boilerplate.lines_cut", n_lines)
+            count("boilerplate.chars_cut", n_chars)
+        if not doc["text"].strip():
+            docmod.drop(doc, boilerplate.STAGE, "empty")
+            count("dropped.boilerplate:empty")
+            return FILTERED
+        return None
+
+    def _flush(self) -> list[tuple[str, dict]]:
+        """Tokenizes the batch (the encoder sets each document's token count), streams the
+        tokens into the shards, then writes the documents as KEPT."""
+        batch = self._batch
+        self._batch_text = 0
+        ids_list = self._encoder.encode(batch) if self._encoder else [None] * len(batch)
+        if self._shards is not None:
+            for doc, ids in zip(batch, ids_list):
+                if ids is not None:
+                    self._shards.add(doc, ids)
+        out = [self._docs.write(KEPT, doc) for doc in batch]
         batch.clear()
-        give_back()
+        self._give_back()
         return out
 
-    try:
-        for loc in sorted(locators, key=lambda lc: (lc.id, lc.tie, lc.key or b"")):
-            doc = unpack(reader.read(loc))
-            if docmod.is_dropped(doc):  # by a clean-phase stage
-                yield write(FILTERED, doc)
-                continue
-            if docmod.is_dropped(book.apply(doc, loc.key)):
-                count(f"dropped.{doc['dropped_by']}")
-                yield write(DUPLICATES, doc)
-                continue
-            if lines is not None:
-                n_lines, n_chars = boilerplate.strip(doc, *lines)
-                doc["boilerplate_chars"], doc["boilerplate_lines"] = n_chars, n_lines
-                if n_lines:
-                    count("boilerplate.lines_cut", n_lines)
-                    count("boilerplate.chars_cut", n_chars)
-                if not doc["text"].strip():
-                    docmod.drop(doc, boilerplate.STAGE, "empty")
-                    count("dropped.boilerplate:empty")
-                    yield write(FILTERED, doc)
-                    continue
-            batch.append(doc)
-            batch_text += len(doc["text"])
-            if len(batch) >= batch_size or batch_text >= batch_chars:
-                yield from flush()
-        if batch:
-            yield from flush()
-    except BaseException:  # a failed (or abandoned) bucket leaves no temporary file behind
-        for writer in [*files.values(), *shards.values()]:
-            writer.abandon()
-        raise
-    for branch in sorted(files):
-        files[branch].close()
-    for split in sorted(shards):
-        yield SHARDS, shards[split].close()
+
+def finish_bucket(locators: Iterable[Locator], verdicts: Iterable[Verdict], reader: CandidateReader,
+                  encoder: Encoder | None, shard_opener: ShardOpener | None, docs_opener, batch_size: int,
+                  **options) -> Iterator[tuple[str, Any]]:
+    """``BucketFinisher(...).run(locators, verdicts)`` in one call (``options``: its keyword
+    arguments: batch_chars, repeats, lines, give_back)."""
+    finisher = BucketFinisher(reader, docs_opener, encoder, shard_opener, batch_size=batch_size, **options)
+    return finisher.run(locators, verdicts)
 
 
 class FinishFn(beam.DoFn):
@@ -284,11 +351,12 @@ class FinishFn(beam.DoFn):
         try:
             if locators and "://" in locators[0].file:  # remote candidates: one sequential pass first
                 locators, local_copy = localize(locators, reader)
-            for tag, value in finish_bucket(locators, verdicts,
-                                            reader, encoder, opener, docs_file, self._cfg.tokenize.batch_size,
-                                            d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
-                                            (sketch, self._cfg.boilerplate) if sketch is not None else None,
-                                            self._cfg.tokenize.batch_chars, self._give_back):
+            finisher = BucketFinisher(
+                reader, docs_file, encoder, opener, batch_size=self._cfg.tokenize.batch_size,
+                batch_chars=self._cfg.tokenize.batch_chars,
+                repeats=d.repeats if (d := self._cfg.dedup).enabled and d.keep == "rehydrate" else None,
+                lines=(sketch, self._cfg.boilerplate) if sketch is not None else None, give_back=self._give_back)
+            for tag, value in finisher.run(locators, verdicts):
                 if tag == SHARDS:
                     yield TaggedOutput(tag, value)
                     continue

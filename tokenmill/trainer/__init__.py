@@ -17,7 +17,11 @@ One module per concern, in the order a run uses them:
                    compile -> fully_shard -> materialise
     preflight.py   refusals before training: run folder, checksums (a slice per rank), memory,
                    the RUN's tokenizer and model shape
-    train.py       the loop: micro-steps, clip, AdamW, schedule, non-finite skips, eval, saves
+    train.py       the loop (Trainer): set up, train_step (micro-steps via forward_backward_step,
+                   clip, non-finite skips), then log/eval and checkpoint decisions, export
+    forward.py     the forward pass under the run's precision, and the summed token loss
+    optimizer.py   AdamW, its schedule and parameter groups, a step skipped on the device
+    stop.py        SIGTERM: a checkpoint at the end of the step, a second one ends the process
     checkpoint.py  DCP checkpoints written to a temp folder, marked COMPLETE, renamed
     metrics.py     metrics.jsonl, TensorBoard, MFU, memory, the console line, the end-of-run summary
     export.py      RUN/hf: a transformers-loadable LlamaForCausalLM

@@ -1,5 +1,9 @@
-"""The training loop. Reads top to bottom: set up, resume, then one step at a time
-(micro-steps, clip, optimizer, metrics, eval, checkpoint), then export.
+"""The training loop, in torchtitan's shape. ``Trainer`` sets a run up (refusals first, then
+data, model and optimizer, then the resume from the newest checkpoint);
+``forward_backward_step`` is one micro-batch, ``train_step`` one optimizer step (micro-steps,
+clip, the ranks' agreement, the optimizer), and ``train`` the loop, which reads top to bottom:
+a step, then whether to log (and evaluate) and whether to checkpoint, each decided in its own
+method, then the summary and the export.
 
 Every decision that ends or changes the run (skip a non-finite step, save on the wall clock,
 stop on SIGTERM, give up) is taken on values all-reduced across ranks, so all ranks always
@@ -10,18 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import os
 import re
 import shutil
-import signal
-import sys
 import time
 from collections import deque
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from tokenmill.data import PackedDataset
 from tokenmill.data import loader as data_loader
@@ -29,8 +29,16 @@ from tokenmill.errors import UserError, first_line
 from tokenmill.format import tokenizer_path
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import data as D
-from tokenmill.trainer.config import OptimConfig, TrainJobConfig
+from tokenmill.trainer.config import TrainJobConfig
 from tokenmill.trainer.evaluation import evaluate, token_byte_lengths
+from tokenmill.trainer.forward import (  # noqa: F401  (autocast, resolve_precision: imported from here too)
+    autocast,
+    forward,
+    loss_sum,
+    resolve_precision,
+    to_device,
+    token_loss_sum,
+)
 from tokenmill.trainer.metrics import (
     Metrics,
     PendingSteps,
@@ -40,13 +48,18 @@ from tokenmill.trainer.metrics import (
     truncate_after,
 )
 from tokenmill.trainer.model import ModelArgs, Transformer, count_params, flops_per_token
+from tokenmill.trainer.optimizer import (  # noqa: F401  (param_groups: imported from here too)
+    agree_found_inf,
+    build_optimizer,
+    lr_at,
+    param_groups,
+    step_unless,
+)
 from tokenmill.trainer.parallel import (
-    LOW,
     Dist,
     SharedError,
     agree_on_host,
     close_distributed,
-    fsdp_casts,
     init_distributed,
     lost_peer,
     parallelize,
@@ -63,72 +76,9 @@ from tokenmill.trainer.preflight import (
 )
 from tokenmill.trainer.spikes import FILE as SPIKES
 from tokenmill.trainer.spikes import SpikeLog
+from tokenmill.trainer.stop import StopFlag, on_main_thread, rank_prefix  # noqa: F401  (the CLI's)
 
 # ---------------------------------------------------------------- pure pieces
-
-
-def lr_at(step: int, peak: float, total: int, warmup: int, start_frac: float = 0.1, final_frac: float = 0.01) -> float:
-    """Linear warmup from peak*start_frac to peak over ``warmup`` steps, then cosine down to
-    peak*final_frac at ``total``."""
-    if step < warmup:
-        return peak * (start_frac + (1.0 - start_frac) * step / warmup)
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (final_frac + (1.0 - final_frac) * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only: never on norm gains or biases (vectors)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 and "norm" not in name else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def build_optimizer(model: torch.nn.Module, o: OptimConfig, lr: float) -> torch.optim.Optimizer:
-    # Fused (one kernel over all params, CPU and GPU): with DTensor params torch would
-    # otherwise fall back to its per-tensor loop. It also skips a step on the device (step_unless).
-    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=lr, betas=(o.beta1, o.beta2), eps=o.eps,
-                             fused=True)
-
-
-def step_unless(optim: torch.optim.Optimizer, skip: torch.Tensor) -> None:
-    """optimizer.step(), skipped inside the fused kernel when ``skip`` (a device bool) is true:
-    no host round trip to decide. The same contract GradScaler uses (``found_inf``); the
-    kernel also takes back its step count. With CPU offload the parameters are on the CPU: the
-    flag is copied there first, blocking (the kernel's own copy would not wait for it)."""
-    optim.found_inf = skip.float().to(optim.param_groups[0]["params"][0].device)
-    try:
-        optim.step()
-    finally:
-        del optim.found_inf
-
-
-def agree_found_inf(scaler, optim: torch.optim.Optimizer, finite: torch.Tensor) -> None:
-    """GradScaler.unscale_ looks for inf/NaN in this rank's shards of the gradients only, so with
-    FSDP one rank could skip a step (and halve its scale) while the others step. Every rank
-    takes the global verdict instead (``finite`` is computed from all-reduced values); the same
-    as ShardedGradScaler's all-reduce, without its extra collective. (GradScaler keeps the
-    per-device flags in its private per-optimizer state.)"""
-    state = scaler._per_optimizer_states[id(optim)]
-    for dev, found in state["found_inf_per_device"].items():
-        found.copy_((~finite).float().to(dev))
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """auto: bf16 on a GPU whose tensor cores have it (Ampere and newer); not on one that only
-    emulates it (V100, T4: slower than fp32 there), else fp32."""
-    if precision == "auto":
-        native = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-        return "bf16" if native else "fp32"
-    return precision
-
-
-def autocast(precision: str, device: torch.device):
-    """Where FSDP's policy does not cast (CPU), bf16 and fp16 run under autocast."""
-    if precision in LOW and not fsdp_casts(precision, device):
-        return torch.autocast(device.type, dtype=LOW[precision])
-    return contextlib.nullcontext()
 
 
 def model_args(cfg: TrainJobConfig, vocab_size: int) -> ModelArgs:
@@ -137,68 +87,10 @@ def model_args(cfg: TrainJobConfig, vocab_size: int) -> ModelArgs:
                      norm_eps=cfg.model.norm_eps, **dims)
 
 
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy in fp32. Compiled with the blocks (parallel.compile), the fp32 copy
-    of the B x T x V logits is fused away."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
-
-
-def forward(model, batch: dict, precision: str, device: torch.device) -> torch.Tensor:
-    """Logits of one batch's inputs (every token but the last), under the run's precision."""
-    tokens = batch["tokens"]
-    with autocast(precision, device):
-        return model(tokens[:, :-1], batch.get("positions"), batch.get("doc_ids"))
-
-
-def loss_sum(model, batch: dict, precision: str, device: torch.device, loss_fn=token_loss_sum) -> torch.Tensor:
-    """Sum (not mean) of the token losses of one micro-batch, in fp32."""
-    return loss_fn(forward(model, batch, precision, device), batch["tokens"][:, 1:])
-
-
 def _full(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return t.full_tensor() if isinstance(t, DTensor) else t
-
-
-class _StopFlag:
-    """SIGTERM (preemption, scancel) asks for a checkpoint at the end of the current step. A
-    second SIGTERM (torchrun stopping the job because another rank failed, an impatient
-    scheduler) ends the process at once: the checkpoint it would wait for may never come."""
-
-    def __init__(self):
-        self.set = False
-        self._old = signal.signal(signal.SIGTERM, self._handle) if on_main_thread() else None
-
-    def _handle(self, *_):
-        if self.set:
-            print(f"tokenmill: error: {rank_prefix()}stopped by a second SIGTERM before the checkpoint was saved",
-                  file=sys.stderr, flush=True)
-            os._exit(143)
-        self.set = True
-
-    def restore(self, failed: bool = False):
-        """Back to the previous handler; after a failure, SIGTERM is ignored instead: torchrun
-        sends it to every rank as soon as one fails, and the default action would kill this
-        rank before it prints its own error line (the CLI restores the handler after that)."""
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN if failed else self._old)
-
-
-def on_main_thread() -> bool:
-    """Signal handlers can only be set from the main thread (an in-process caller may not be on it)."""
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def rank_prefix() -> str:
-    """``rank N: `` under a multi-rank launch, so each rank's own error line says whose it is."""
-    return f"rank {os.environ.get('RANK', '0')}: " if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
 
 
 def oom_message(cfg: TrainJobConfig, step: int) -> str:
@@ -234,226 +126,359 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
         close_distributed()
 
 
+
 def train(cfg: TrainJobConfig, run_dir: str, d: Dist) -> int:
-    # -- refusals first: everything a user can get wrong, before any training work
-    prepare_run_dir(run_dir, d)
-    manifests = open_data(cfg, d)
-    tok = D.check_compatible(manifests, cfg.data.paths)
-    precision = resolve_precision(cfg.precision, d.device)
-    args = model_args(cfg, tok["vocab_size"])
-    check_cpu_memory(args, cfg, precision, d)
-    ckpt_root = os.path.join(run_dir, "checkpoints")
-    if d.main:
-        ckpt.sweep(ckpt_root)
-    dist.barrier()
-    found = [ckpt.latest(ckpt_root)]
-    dist.broadcast_object_list(found, src=0)
-    tokenizer_warning = check_same_tokenizer(found[0], tok, cfg, run_dir)
-    check_same_model(run_dir, args, d)
+    return Trainer(cfg, run_dir, d).train()
 
-    # -- data: one token stream per output and split
-    streams = [D.TokenStream(D.split_files(p, m, "train"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
-    dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None, cfg.data.doc_mask,
-                              tok["vocab_size"])
-    val_streams = [D.TokenStream(D.split_files(p, m, "val"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
-    val, error = [], None
-    try:
-        val = D.val_batches(val_streams, cfg.data.seq_len, cfg.eval.samples, cfg.train.micro_batch, d.rank, d.world,
-                            cfg.data.doc_mask, tok["vocab_size"])
-    except UserError as e:  # each rank reads its own windows: any rank's error stops all
-        error = str(e)
-    raise_if_any(error, d)
 
-    # -- model, optimizer, precision
-    torch.manual_seed(cfg.seed)
-    model = parallelize(lambda: Transformer(args), cfg, d, precision)
-    optim = build_optimizer(model, cfg.optim, cfg.lr())
-    scaler = torch.amp.GradScaler(d.device.type) if precision == "fp16" else None
-    loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
-    tokenizer_json = tokenizer_path(cfg.data.paths[0], manifests[0])
-    if d.main:  # the run keeps the tokenizer it trains with: `tokenmill generate` reads it
-        shutil.copyfile(tokenizer_json, os.path.join(run_dir, "tokenizer.json"))
-    byte_lengths = torch.from_numpy(token_byte_lengths(tokenizer_json)).to(d.device) if val else None
+class Trainer:
+    """One run on this rank. Set up in ``__init__``; ``train`` runs it."""
 
-    # -- resume from the newest complete checkpoint (its integers say where the data stands)
-    state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None,
-             "tokenizer_sha256": tok["sha256"], "eos_id": tok["eos_id"]}
-    if found[0]:  # the sha again after: a checkpoint older than the field gets it from now on
-        state.update(ckpt.load(found[0][1], model, optim), tokenizer_sha256=tok["sha256"], eos_id=tok["eos_id"])
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])  # scale and growth tracker: the run goes on as if never stopped
-        elif scaler is not None and state.get("scale"):  # a checkpoint from before the scaler's state was saved
-            scaler = torch.amp.GradScaler(d.device.type, init_scale=state["scale"])
-    if d.main:  # lines a killed run logged past its last checkpoint are dropped
-        for name in ("metrics.jsonl", SPIKES):
-            truncate_after(os.path.join(run_dir, name), state["step"])
-    metrics = Metrics(run_dir, d.main, cfg.metrics.tensorboard, cfg.train.steps, cfg.train.log_every)
-    if found[0]:
-        metrics.note(f"resumed from {found[0][1]} (step {state['step']}, {state['samples']:,} samples)")
-    if tokenizer_warning:
-        metrics.note(f"warning: {tokenizer_warning}")
+    # ------------------------------------------------------------ set up
 
-    # -- the loop
-    G = cfg.train.micro_batch * cfg.train.grad_accum * d.world
-    global_tokens = G * cfg.data.seq_len  # every window has seq_len targets, none masked
-    fpt = flops_per_token(args, cfg.data.seq_len)
-    peak = peak_flops(d.device, precision, cfg.metrics.peak_flops)
-    warmup = cfg.warmup()
-    n_all, n_body = count_params(args)
-    if state["step"] < cfg.train.steps:
-        metrics.note(f"{n_all / 1e6:.1f}M parameters ({n_body / 1e6:.1f}M without embeddings), {d.world} rank(s) on "
-                     f"{d.device.type} ({'FSDP2' if wants_fsdp(d, cfg.parallel.shard_single_rank) else 'unsharded'}), "
-                     f"{precision}, global batch {G} x {cfg.data.seq_len} tokens, peak lr {cfg.lr():g}, "
-                     f"steps {state['step']} -> {cfg.train.steps}")
-    # Micro-batch j of this rank (step j // grad_accum) is a pure function of (seed, samples
-    # consumed at the start, j): the checkpoint's integer is the whole data state.
-    stream = PackedDataset(cfg.data.paths, cfg.data.seq_len, cfg.seed, d.rank, d.world, cfg.train.micro_batch,
-                           first_sample=state["samples"], windows=dataset)
-    loader = data_loader(stream, cfg.data.num_workers, cfg.data.prefetch_factor, pin_memory=d.device.type == "cuda")
-    batches = iter(loader)
-    saver = ckpt.Saver(cfg.checkpoint.async_save, d.main, cfg.checkpoint.keep)
-    pending = PendingSteps(global_tokens)
-    spikes = SpikeLog(run_dir, d.main, cfg.train.spike_factor, cfg.train.spike_window, dataset.docs_of,
-                      cfg.data.seq_len, G)
-    logged: deque[dict] = deque(maxlen=2000)  # the summary's window: memory does not grow with the run
-    stop = _StopFlag()
-    last_save = time.monotonic()
-    step = start_step = state["step"]
-    failed = True
-    set_train_timeout(cfg.parallel.train_timeout_s)
-    if cfg.parallel.gc_every:  # collections at the same steps on every rank, not whenever one rank's heap says so
-        gc.collect()
-        gc.disable()
-    try:
-        while step < cfg.train.steps:
-            lr = lr_at(step, cfg.lr(), cfg.train.steps, warmup, cfg.optim.warmup_start_frac, cfg.optim.final_frac)
-            for group in optim.param_groups:
-                group["lr"] = lr
+    def __init__(self, cfg: TrainJobConfig, run_dir: str, d: Dist):
+        self.cfg, self.run_dir, self.d = cfg, run_dir, d
+        self.ckpt_root = os.path.join(run_dir, "checkpoints")
+        manifests, found, tokenizer_warning = self._refusals()
+        self._build_data(manifests)
+        self._build_model(manifests)
+        self._resume(found, tokenizer_warning)
+        self._build_loop()
 
-            # micro-steps: each backward adds d(sum of its token losses)/global_tokens; FSDP
-            # averages over ranks, hence the factor world: the result is the gradient of the
-            # mean loss over every target token of the global batch.
-            wait, total = 0.0, torch.zeros((), dtype=torch.float64, device=d.device)
-            data_error = None
-            for micro in range(cfg.train.grad_accum):
-                tw = time.perf_counter()
-                batch = next(batches)
-                wait += time.perf_counter() - tw
-                if "error" in batch:  # a filler keeps this rank in the others' collectives until the flags agree
-                    data_error = data_error or batch["error"]
-                    batch = dataset.filler(cfg.train.micro_batch)
-                batch = to_device(batch, d.device)
-                if cfg.train.skip_sync and cfg.train.grad_accum > 1 and hasattr(model, "set_requires_gradient_sync"):
-                    model.set_requires_gradient_sync(micro == cfg.train.grad_accum - 1)
-                ls = loss_sum(model, batch, precision, d.device, loss_fn)
-                scaled = ls * (d.world / global_tokens)
-                (scaler.scale(scaled) if scaler else scaled).backward()
-                total += ls.detach()
+    def _refusals(self) -> tuple[list, tuple | None, str | None]:
+        """Everything a user can get wrong, before any training work; returns the outputs'
+        manifests, the newest complete checkpoint (or None) and a tokenizer warning."""
+        cfg, d = self.cfg, self.d
+        prepare_run_dir(self.run_dir, d)
+        manifests = open_data(cfg, d)
+        self.tok = D.check_compatible(manifests, cfg.data.paths)
+        self.precision = resolve_precision(cfg.precision, d.device)
+        self.args = model_args(cfg, self.tok["vocab_size"])
+        check_cpu_memory(self.args, cfg, self.precision, d)
+        if d.main:
+            ckpt.sweep(self.ckpt_root)
+        dist.barrier()
+        found = [ckpt.latest(self.ckpt_root)]
+        dist.broadcast_object_list(found, src=0)
+        tokenizer_warning = check_same_tokenizer(found[0], self.tok, cfg, self.run_dir)
+        check_same_model(self.run_dir, self.args, d)
+        return manifests, found[0], tokenizer_warning
 
-            # Nothing below waits for the device: the loss and the grad norm stay tensors, a
-            # non-finite step is skipped inside the fused optimizer, and the host reads the
-            # values at log steps only (PendingSteps).
-            if scaler is not None:
-                scaler.unscale_(optim)
-            # On the compute device: with CPU offload the gradients (and so the norm) are on the CPU.
-            grad_norm = _full(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)).to(d.device)
-            if d.world > 1:
-                dist.all_reduce(total)
-            finite = torch.isfinite(total) & torch.isfinite(grad_norm)
-            # What the ranks must agree on, from the host alone: rank 0's clock, whether any rank
-            # was asked to stop, whether any rank's data failed, and whether every rank has
-            # finished writing a background checkpoint.
-            want_time_save = d.main and cfg.checkpoint.every_minutes > 0 and \
-                time.monotonic() - last_save >= 60 * cfg.checkpoint.every_minutes
-            time_flag, stop_flag, data_flag, written = agree_on_host(
-                [want_time_save, stop.set, data_error is not None, saver.done_here()], d.world)
-            if data_flag:
-                raise_if_any(data_error, d)
-            if saver.pending() and written == d.world:
-                saver.commit()
-            if scaler is not None:
-                agree_found_inf(scaler, optim, finite)
-                scaler.step(optim)  # skips the update itself when the grads overflowed
-                scaler.update()
-            else:
-                step_unless(optim, ~finite)
-            optim.zero_grad(set_to_none=True)
-            step += 1
-            state["step"], state["samples"] = step, state["samples"] + G
-            pending.add({"step": step, "lr": lr, "wait": wait, "tokens": state["samples"] * cfg.data.seq_len},
-                        total, grad_norm)
-            if cfg.parallel.gc_every and step % cfg.parallel.gc_every == 0:
-                gc.collect(1)
+    def _build_data(self, manifests: list) -> None:
+        """One token stream per output and split: the packed training windows and this rank's
+        validation batches."""
+        cfg, d, tok = self.cfg, self.d, self.tok
+        streams = [D.TokenStream(D.split_files(p, m, "train"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+        self.dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None,
+                                       cfg.data.doc_mask, tok["vocab_size"])
+        val_streams = [D.TokenStream(D.split_files(p, m, "val"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+        self.val, error = [], None
+        try:
+            self.val = D.val_batches(val_streams, cfg.data.seq_len, cfg.eval.samples, cfg.train.micro_batch, d.rank,
+                                     d.world, cfg.data.doc_mask, tok["vocab_size"])
+        except UserError as e:  # each rank reads its own windows: any rank's error stops all
+            error = str(e)
+        raise_if_any(error, d)
 
-            do_eval = bool(val) and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.train.steps)
-            do_save = (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or time_flag or stop_flag
-            if step % cfg.train.log_every and step != cfg.train.steps and not (do_eval or do_save):
-                continue
-            rows = pending.flush()
-            memory = memory_row(d.device)
-            if do_eval:
-                rows[-1].update(evaluate(model, val, lambda m, b: forward(m, b, precision, d.device), d.device,
-                                         byte_lengths))
-            for row in rows:
-                row.update(memory, mfu=row["tokens_per_s"] * fpt / (peak * d.world) if peak else None)
-                state["bad_in_row"] = state["bad_in_row"] + 1 if row["skipped"] else 0
-                state["skipped_steps"] += row["skipped"]
-                metrics.log(row)
-                logged.append(row)
-                spike = spikes.check(row)
-                if spike:
-                    metrics.note(f"loss spike at step {spike['step']}: {spike['loss']:.4f} vs median "
-                                 f"{spike['median']:.4f}, {len(spike['docs'])} document(s) in {SPIKES}")
-                if state["bad_in_row"] >= cfg.train.max_bad_steps:
-                    hint = ", or use precision=bf16" if precision == "fp16" else ""
-                    raise SharedError(f"{state['bad_in_row']} steps in a row had a non-finite loss or gradient norm "
-                                      f"(last at step {row['step']}): lower optim.lr or raise optim.warmup_steps{hint}")
-            if do_eval and cfg.checkpoint.best and (state["best_val"] is None or rows[-1]["val_loss"] < state["best_val"]):
-                state["best_val"] = rows[-1]["val_loss"]
-                saver.save(os.path.join(ckpt_root, "best"), model, None, state)
+    def _build_model(self, manifests: list) -> None:
+        """Model, optimizer, precision (a GradScaler for fp16), the loss, the tokenizer."""
+        cfg, d = self.cfg, self.d
+        torch.manual_seed(cfg.seed)
+        self.model = parallelize(lambda: Transformer(self.args), cfg, d, self.precision)
+        self.optim = build_optimizer(self.model, cfg.optim, cfg.lr())
+        self.scaler = torch.amp.GradScaler(d.device.type) if self.precision == "fp16" else None
+        self.loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
+        self.tokenizer_json = tokenizer_path(cfg.data.paths[0], manifests[0])
+        if d.main:  # the run keeps the tokenizer it trains with: `tokenmill generate` reads it
+            shutil.copyfile(self.tokenizer_json, os.path.join(self.run_dir, "tokenizer.json"))
+        self.byte_lengths = torch.from_numpy(token_byte_lengths(self.tokenizer_json)).to(d.device) if self.val else None
 
-            final = step == cfg.train.steps and cfg.checkpoint.final
-            if do_save or final == "full":
-                if scaler is not None:  # read only here: get_scale() waits for the device
-                    state["scaler"] = scaler.state_dict()
-                saver.save(os.path.join(ckpt_root, ckpt.step_name(step)), model, optim, state, prune_old=True)
-                last_save = time.monotonic()
-            elif final == "model":
-                saver.save(os.path.join(ckpt_root, "final"), model, None, state)
-            pending.restart_clock()
-            if stop_flag:
-                saver.wait()
-                metrics.note(f"stopped by SIGTERM after step {step}, checkpoint saved: rerun the same command to resume")
-                failed = False
-                return 143
-        saver.wait()
-        failed = False
-    except torch.OutOfMemoryError:
-        raise UserError(oom_message(cfg, step + 1)) from None
-    except (RuntimeError, OSError) as e:
-        if lost_peer(e):
+    def _resume(self, found: tuple | None, tokenizer_warning: str | None) -> None:
+        """The newest complete checkpoint, if any: its integers say where the data stands."""
+        cfg, d, tok = self.cfg, self.d, self.tok
+        state = {"step": 0, "samples": 0, "seed": cfg.seed, "skipped_steps": 0, "bad_in_row": 0, "best_val": None,
+                 "tokenizer_sha256": tok["sha256"], "eos_id": tok["eos_id"]}
+        if found:  # the sha again after: a checkpoint older than the field gets it from now on
+            state.update(ckpt.load(found[1], self.model, self.optim), tokenizer_sha256=tok["sha256"],
+                         eos_id=tok["eos_id"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])  # scale and growth tracker: as if never stopped
+            elif self.scaler is not None and state.get("scale"):  # from before the scaler's state was saved
+                self.scaler = torch.amp.GradScaler(d.device.type, init_scale=state["scale"])
+        if d.main:  # lines a killed run logged past its last checkpoint are dropped
+            for name in ("metrics.jsonl", SPIKES):
+                truncate_after(os.path.join(self.run_dir, name), state["step"])
+        self.state = state
+        self.metrics = Metrics(self.run_dir, d.main, cfg.metrics.tensorboard, cfg.train.steps, cfg.train.log_every)
+        if found:
+            self.metrics.note(f"resumed from {found[1]} (step {state['step']}, {state['samples']:,} samples)")
+        if tokenizer_warning:
+            self.metrics.note(f"warning: {tokenizer_warning}")
+
+    def _build_loop(self) -> None:
+        """The loop's constants, its data loader, checkpoint saver and logs."""
+        cfg, d, args = self.cfg, self.d, self.args
+        self.global_batch = G = cfg.train.micro_batch * cfg.train.grad_accum * d.world
+        self.global_tokens = G * cfg.data.seq_len  # every window has seq_len targets, none masked
+        self.fpt = flops_per_token(args, cfg.data.seq_len)
+        self.peak = peak_flops(d.device, self.precision, cfg.metrics.peak_flops)
+        self.warmup = cfg.warmup()
+        n_all, n_body = count_params(args)
+        if self.step < cfg.train.steps:
+            self.metrics.note(
+                f"{n_all / 1e6:.1f}M parameters ({n_body / 1e6:.1f}M without embeddings), {d.world} rank(s) on "
+                f"{d.device.type} ({'FSDP2' if wants_fsdp(d, cfg.parallel.shard_single_rank) else 'unsharded'}), "
+                f"{self.precision}, global batch {G} x {cfg.data.seq_len} tokens, peak lr {cfg.lr():g}, "
+                f"steps {self.step} -> {cfg.train.steps}")
+        # Micro-batch j of this rank (step j // grad_accum) is a pure function of (seed, samples
+        # consumed at the start, j): the checkpoint's integer is the whole data state.
+        stream = PackedDataset(cfg.data.paths, cfg.data.seq_len, cfg.seed, d.rank, d.world, cfg.train.micro_batch,
+                               first_sample=self.state["samples"], windows=self.dataset)
+        self.loader = data_loader(stream, cfg.data.num_workers, cfg.data.prefetch_factor,
+                                  pin_memory=d.device.type == "cuda")
+        self.batches = iter(self.loader)
+        self.saver = ckpt.Saver(cfg.checkpoint.async_save, d.main, cfg.checkpoint.keep)
+        self.pending = PendingSteps(self.global_tokens)
+        self.spikes = SpikeLog(self.run_dir, d.main, cfg.train.spike_factor, cfg.train.spike_window,
+                               self.dataset.docs_of, cfg.data.seq_len, G)
+        self.logged: deque[dict] = deque(maxlen=2000)  # the summary's window: memory does not grow with the run
+        self.start_step = self.step
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken, this run and the runs it resumes."""
+        return self.state["step"]
+
+    # ------------------------------------------------------------ the loop
+
+    def train(self) -> int:
+        cfg = self.cfg
+        with self._running():
+            while self.step < cfg.train.steps:
+                time_flag, stop_flag = self.train_step()
+                do_eval = self.eval_due()
+                do_save = self.save_due(time_flag, stop_flag)
+                if not (self.log_due() or do_eval or do_save):
+                    continue
+                rows = self.log_steps(do_eval)
+                if do_eval:
+                    self.keep_best(rows[-1])
+                self.checkpoint(do_save)
+                self.pending.restart_clock()
+                if stop_flag:
+                    return self.stopped()
+            self.saver.wait()
+        return self.finish()
+
+    @contextlib.contextmanager
+    def _running(self):
+        """Around the loop: the SIGTERM flag, the train timeout, gc at fixed steps; an error
+        becomes one line where it can (out of memory, a truncated shard), and the loader's
+        workers stop, whatever happens."""
+        cfg = self.cfg
+        self.stop = StopFlag()
+        self.last_save = time.monotonic()
+        failed = True
+        set_train_timeout(cfg.parallel.train_timeout_s)
+        if cfg.parallel.gc_every:  # collections at the same steps on every rank, not whenever one rank's heap says so
+            gc.collect()
+            gc.disable()
+        try:
+            yield
+            failed = False
+        except torch.OutOfMemoryError:
+            raise UserError(oom_message(cfg, self.step + 1)) from None
+        except (RuntimeError, OSError) as e:
+            if lost_peer(e):
+                raise
+            # A shard truncated between a worker's size check and its copy kills the worker
+            # (SIGBUS); the loop then sees a broken queue or DataLoader's RuntimeError: name the
+            # shard if so.
+            self.dataset.check_files()
             raise
-        # A shard truncated between a worker's size check and its copy kills the worker (SIGBUS);
-        # the loop then sees a broken queue or DataLoader's RuntimeError: name the shard if so.
-        dataset.check_files()
-        raise
-    finally:
-        if failed:
-            saver.drain()
-        if cfg.parallel.gc_every:
-            gc.enable()
-        stop.restore(failed)
-        metrics.close()
-        del batches, loader  # stops the DataLoader workers
+        finally:
+            if failed:
+                self.saver.drain()
+            if cfg.parallel.gc_every:
+                gc.enable()
+            self.stop.restore(failed)
+            self.metrics.close()
+            del self.batches, self.loader  # stops the DataLoader workers
 
-    for line in run_summary(list(logged), d.device, d.world) if step > start_step else []:
-        metrics.note(f"summary: {line}")
-    hf_dir = os.path.join(run_dir, "hf")
-    if step == start_step and os.path.exists(hf_dir):
-        metrics.note(f"{run_dir} is already trained to step {step}: raise train.steps to continue")
-    elif cfg.export.enabled:
-        from tokenmill.trainer.export import export_hf
+    # ------------------------------------------------------------ one step
 
-        if export_hf(run_dir, model, args, tok, tokenizer_json, cfg.export.dtype, d.main, step):
-            metrics.note(f"exported {hf_dir} (transformers: AutoModelForCausalLM.from_pretrained)")
-    return 0
+    def forward_backward_step(self, batch: dict, last_micro: bool) -> torch.Tensor:
+        """One micro-batch: its backward adds d(sum of its token losses)/global_tokens; FSDP
+        averages over ranks, hence the factor world: over the micro-steps the result is the
+        gradient of the mean loss over every target token of the global batch. Returns the
+        (detached) sum of its token losses."""
+        cfg, d = self.cfg, self.d
+        batch = to_device(batch, d.device)
+        if cfg.train.skip_sync and cfg.train.grad_accum > 1 and hasattr(self.model, "set_requires_gradient_sync"):
+            self.model.set_requires_gradient_sync(last_micro)
+        ls = loss_sum(self.model, batch, self.precision, d.device, self.loss_fn)
+        scaled = ls * (d.world / self.global_tokens)
+        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return ls.detach()
+
+    def train_step(self) -> tuple[bool, bool]:
+        """One optimizer step: the schedule's lr, the micro-steps, clip, the ranks' agreement,
+        the optimizer (skipped on the device when the loss or norm is not finite). Nothing here
+        waits for the device: the loss and the grad norm stay tensors until a log step reads
+        them (PendingSteps). Returns the agreed (time to save, stop) flags."""
+        cfg, d = self.cfg, self.d
+        lr = lr_at(self.step, cfg.lr(), cfg.train.steps, self.warmup, cfg.optim.warmup_start_frac,
+                   cfg.optim.final_frac)
+        for group in self.optim.param_groups:
+            group["lr"] = lr
+        wait, total = 0.0, torch.zeros((), dtype=torch.float64, device=d.device)
+        data_error = None
+        for micro in range(cfg.train.grad_accum):
+            batch, waited, error = self.next_batch()
+            wait += waited
+            if error is not None:
+                data_error = data_error or error
+            total += self.forward_backward_step(batch, micro == cfg.train.grad_accum - 1)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optim)
+        # On the compute device: with CPU offload the gradients (and so the norm) are on the CPU.
+        grad_norm = _full(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)).to(d.device)
+        if d.world > 1:
+            dist.all_reduce(total)
+        finite = torch.isfinite(total) & torch.isfinite(grad_norm)
+        time_flag, stop_flag = self._agree(data_error)
+        self._optimizer_step(finite)
+        self.state["step"], self.state["samples"] = self.step + 1, self.state["samples"] + self.global_batch
+        self.pending.add({"step": self.step, "lr": lr, "wait": wait, "tokens": self.state["samples"] * cfg.data.seq_len},
+                         total, grad_norm)
+        if cfg.parallel.gc_every and self.step % cfg.parallel.gc_every == 0:
+            gc.collect(1)
+        return time_flag, stop_flag
+
+    def next_batch(self) -> tuple[dict, float, str | None]:
+        """The next micro-batch, the seconds spent waiting for it, and this rank's data error
+        if its reading failed: a filler then keeps this rank in the others' collectives until
+        the flags agree."""
+        tw = time.perf_counter()
+        batch = next(self.batches)
+        waited = time.perf_counter() - tw
+        if "error" in batch:
+            return self.dataset.filler(self.cfg.train.micro_batch), waited, batch["error"]
+        return batch, waited, None
+
+    def _agree(self, data_error: str | None) -> tuple[bool, bool]:
+        """What the ranks must agree on, from the host alone: rank 0's clock, whether any rank
+        was asked to stop, whether any rank's data failed (then all stop, with its line), and
+        whether every rank has finished writing a background checkpoint (then it is committed)."""
+        cfg, d = self.cfg, self.d
+        want_time_save = d.main and cfg.checkpoint.every_minutes > 0 and \
+            time.monotonic() - self.last_save >= 60 * cfg.checkpoint.every_minutes
+        time_flag, stop_flag, data_flag, written = agree_on_host(
+            [want_time_save, self.stop.set, data_error is not None, self.saver.done_here()], d.world)
+        if data_flag:
+            raise_if_any(data_error, d)
+        if self.saver.pending() and written == d.world:
+            self.saver.commit()
+        return time_flag, stop_flag
+
+    def _optimizer_step(self, finite: torch.Tensor) -> None:
+        if self.scaler is not None:
+            agree_found_inf(self.scaler, self.optim, finite)
+            self.scaler.step(self.optim)  # skips the update itself when the grads overflowed
+            self.scaler.update()
+        else:
+            step_unless(self.optim, ~finite)
+        self.optim.zero_grad(set_to_none=True)
+
+    # ------------------------------------------------------------ after a step: decisions
+
+    def eval_due(self) -> bool:
+        every = self.cfg.eval.every
+        return bool(self.val) and ((every and self.step % every == 0) or self.step == self.cfg.train.steps)
+
+    def save_due(self, time_flag: bool, stop_flag: bool):
+        every = self.cfg.checkpoint.every
+        return (every and self.step % every == 0) or time_flag or stop_flag
+
+    def log_due(self) -> bool:
+        return not (self.step % self.cfg.train.log_every and self.step != self.cfg.train.steps)
+
+    # ------------------------------------------------------------ logging and eval
+
+    def log_steps(self, do_eval: bool) -> list[dict]:
+        """The steps since the last log step, read back from the device in one transfer
+        (PendingSteps), the last with its validation figures when ``do_eval``; each logged."""
+        d = self.d
+        rows = self.pending.flush()
+        memory = memory_row(d.device)
+        if do_eval:
+            rows[-1].update(evaluate(self.model, self.val, lambda m, b: forward(m, b, self.precision, d.device),
+                                     d.device, self.byte_lengths))
+        for row in rows:
+            row.update(memory, mfu=row["tokens_per_s"] * self.fpt / (self.peak * d.world) if self.peak else None)
+            self._log_row(row)
+        return rows
+
+    def _log_row(self, row: dict) -> None:
+        """One step's row: counted (skipped steps, bad ones in a row), logged, checked for a loss
+        spike; too many non-finite steps in a row end the run."""
+        state, cfg = self.state, self.cfg
+        state["bad_in_row"] = state["bad_in_row"] + 1 if row["skipped"] else 0
+        state["skipped_steps"] += row["skipped"]
+        self.metrics.log(row)
+        self.logged.append(row)
+        spike = self.spikes.check(row)
+        if spike:
+            self.metrics.note(f"loss spike at step {spike['step']}: {spike['loss']:.4f} vs median "
+                              f"{spike['median']:.4f}, {len(spike['docs'])} document(s) in {SPIKES}")
+        if state["bad_in_row"] >= cfg.train.max_bad_steps:
+            hint = ", or use precision=bf16" if self.precision == "fp16" else ""
+            raise SharedError(f"{state['bad_in_row']} steps in a row had a non-finite loss or gradient norm "
+                              f"(last at step {row['step']}): lower optim.lr or raise optim.warmup_steps{hint}")
+
+    # ------------------------------------------------------------ checkpoints
+
+    def keep_best(self, row: dict) -> None:
+        """checkpoint.best: the model with the lowest validation loss so far, in best/."""
+        if self.cfg.checkpoint.best and (self.state["best_val"] is None or row["val_loss"] < self.state["best_val"]):
+            self.state["best_val"] = row["val_loss"]
+            self.saver.save(os.path.join(self.ckpt_root, "best"), self.model, None, self.state)
+
+    def checkpoint(self, do_save) -> None:
+        """A full checkpoint when due (or at the end with checkpoint.final=full), else the model
+        alone in final/ at the end with checkpoint.final=model."""
+        step = self.step
+        final = step == self.cfg.train.steps and self.cfg.checkpoint.final
+        if do_save or final == "full":
+            if self.scaler is not None:  # read only here: get_scale() waits for the device
+                self.state["scaler"] = self.scaler.state_dict()
+            self.saver.save(os.path.join(self.ckpt_root, ckpt.step_name(step)), self.model, self.optim, self.state,
+                            prune_old=True)
+            self.last_save = time.monotonic()
+        elif final == "model":
+            self.saver.save(os.path.join(self.ckpt_root, "final"), self.model, None, self.state)
+
+    # ------------------------------------------------------------ the end
+
+    def stopped(self) -> int:
+        """SIGTERM: the checkpoint of this step is written; the exit status says so."""
+        self.saver.wait()
+        self.metrics.note(f"stopped by SIGTERM after step {self.step}, checkpoint saved: "
+                          "rerun the same command to resume")
+        return 143
+
+    def finish(self) -> int:
+        """The end-of-run summary, then the export (unless there was nothing to train)."""
+        d, step = self.d, self.step
+        for line in run_summary(list(self.logged), d.device, d.world) if step > self.start_step else []:
+            self.metrics.note(f"summary: {line}")
+        hf_dir = os.path.join(self.run_dir, "hf")
+        if step == self.start_step and os.path.exists(hf_dir):
+            self.metrics.note(f"{self.run_dir} is already trained to step {step}: raise train.steps to continue")
+        elif self.cfg.export.enabled:
+            from tokenmill.trainer.export import export_hf
+
+            if export_hf(self.run_dir, self.model, self.args, self.tok, self.tokenizer_json, self.cfg.export.dtype,
+                         d.main, step):
+                self.metrics.note(f"exported {hf_dir} (transformers: AutoModelForCausalLM.from_pretrained)")
+        return 0

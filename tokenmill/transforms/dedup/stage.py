@@ -100,16 +100,14 @@ class _Prepare(beam.DoFn):
 
 class _BandBlobs(beam.DoFn):
     """A spilled run of (node key, signature), read in batches of ``batch_nodes`` -> band blobs
-    by LSH partition (main) and, to verify, signature blobs: beside the band blobs when the LSH
-    has one partition (its group verifies), else by join group ('sigs'). Both are spilled too;
-    only their refs go on."""
+    by LSH partition (main), spilled too: only their refs go on. Without verification; see
+    _BandAndSignatureBlobs for the signatures verification needs."""
 
     SIGS = "sigs"
 
-    def __init__(self, bands: int, rows: int, verifying: bool, limits: Limits, folder: str):
+    def __init__(self, bands: int, rows: int, limits: Limits, folder: str):
         self._bands = bands
         self._rows = rows
-        self._verify = verifying
         self._limits = limits
         self._folder = folder
 
@@ -133,15 +131,25 @@ class _BandBlobs(beam.DoFn):
         partitions = self._limits.lsh_partitions(nodes, self._bands)
         for q, blob in band_blobs(keys, sigs, self._bands, self._rows, partitions):
             self._band_spill.add(q, blob)
-        if self._verify:
-            joins = 1 if partitions == 1 else self._limits.join_partitions(nodes)
-            spill = self._band_spill if partitions == 1 else self._sig_spill
-            for q, blob in verify.signature_blobs(keys, sigs, joins):
-                spill.add(q, blob)
+        self._signatures(keys, sigs, partitions, nodes)
+
+    def _signatures(self, keys: list[bytes], sigs: list[bytes], partitions: int, nodes: int) -> None:
+        """Unverified edges need no signatures."""
 
     def finish_bundle(self):
         yield from emit_refs(self._band_spill)
         yield from emit_refs(self._sig_spill, self.SIGS)
+
+
+class _BandAndSignatureBlobs(_BandBlobs):
+    """_BandBlobs, and, to verify, signature blobs: beside the band blobs when the LSH has one
+    partition (its group verifies), else by join group ('sigs')."""
+
+    def _signatures(self, keys: list[bytes], sigs: list[bytes], partitions: int, nodes: int) -> None:
+        joins = 1 if partitions == 1 else self._limits.join_partitions(nodes)
+        spill = self._band_spill if partitions == 1 else self._sig_spill
+        for q, blob in verify.signature_blobs(keys, sigs, joins):
+            spill.add(q, blob)
 
 
 class _EdgeSink(beam.DoFn):
@@ -171,13 +179,16 @@ class _EdgeSink(beam.DoFn):
     def finish_bundle(self):
         yield from emit_refs(self._spill)
 
-    def _emit(self, kept: Edges | list[tuple[bytes, bytes]], whole: bool):
+    def _emit(self, kept: Edges, whole: bool):
+        """The kept edges on: as labels from a group that saw them all, else as a star forest."""
         if whole:
-            labels = kept.labels() if isinstance(kept, Edges) else union_find_components(kept).items()
-            for label in labels:
-                yield TaggedOutput(self.LABELS, _label_for_join(label))
+            yield from self._labelled(kept.labels())
         else:
-            yield from kept.star_forest() if isinstance(kept, Edges) else star_forest(kept)
+            yield from kept.star_forest()
+
+    def _labelled(self, labels):
+        for label in labels:
+            yield TaggedOutput(self.LABELS, _label_for_join(label))
 
     def _verified(self, kept, rejected: int, whole: bool):
         self._kept.inc(len(kept))
@@ -186,34 +197,45 @@ class _EdgeSink(beam.DoFn):
 
 
 class _BucketEdges(_EdgeSink):
-    """One LSH partition -> its candidate edges. Verified here when the LSH has one partition
-    (the signatures came along), else sent to the joins as handle pairs by home(a); unverified,
-    they go on as they are."""
+    """One LSH partition -> its candidate edges, on as they are (no verification; see
+    _VerifiedBucketEdges)."""
 
     def __init__(self, cfg: DedupConfig, limits: Limits, folder: str):
         super().__init__(folder)
         self._limits = limits
         self._max = cfg.bucket_all_pairs_max
-        self._verify = cfg.verify
         self._bands = cfg.bands
-        self._num_perm = cfg.bands * cfg.rows
-        self._threshold = cfg.verify_threshold
 
     def setup(self):
         super().setup()
         self._candidates = Metrics.counter(NS, "lsh_candidate_edges")
         self._big = Metrics.counter(NS, "lsh_big_buckets")
 
-    def process(self, kv, nodes):
-        blobs = Unspilled(kv[1])
+    def _candidate_edges(self, blobs) -> Edges:
         edges, big = bucket_edges(blobs, self._max)
         self._candidates.inc(len(edges))
         if big:
             self._big.inc(big)
-        whole = self._limits.lsh_partitions(nodes, self._bands) == 1
-        if not self._verify:
-            yield from self._emit(edges, whole)
-        elif whole:
+        return edges
+
+    def process(self, kv, nodes):
+        edges = self._candidate_edges(Unspilled(kv[1]))
+        yield from self._emit(edges, self._limits.lsh_partitions(nodes, self._bands) == 1)
+
+
+class _VerifiedBucketEdges(_BucketEdges):
+    """One LSH partition -> its candidate edges, verified here when the LSH has one partition
+    (the signatures came along), else sent to the joins as handle pairs by home(a)."""
+
+    def __init__(self, cfg: DedupConfig, limits: Limits, folder: str):
+        super().__init__(cfg, limits, folder)
+        self._num_perm = cfg.bands * cfg.rows
+        self._threshold = cfg.verify_threshold
+
+    def process(self, kv, nodes):
+        blobs = Unspilled(kv[1])
+        edges = self._candidate_edges(blobs)
+        if self._limits.lsh_partitions(nodes, self._bands) == 1:
             yield from self._verified(*verify.verify_local(blobs, edges, self._num_perm, self._threshold), True)
         else:
             self._to_join(verify.edge_blobs(edges, self._limits.join_partitions(nodes), self._limits.edge_blob))
@@ -246,6 +268,13 @@ class _VerifyEdges(_JoinSink):
     def process(self, kv, nodes):
         kept, rejected = verify.verify_edges(Unspilled(kv[1]), self._num_perm, self._threshold)
         yield from self._verified(kept, rejected, self._limits.join_partitions(nodes) == 1)
+
+    def _emit(self, kept: list[tuple[bytes, bytes]], whole: bool):
+        """As _EdgeSink._emit, for edges as key pairs (what join 2 keeps)."""
+        if whole:
+            yield from self._labelled(union_find_components(kept).items())
+        else:
+            yield from star_forest(kept)
 
 
 def _label_for_join(kv):
@@ -296,7 +325,6 @@ class Dedup(beam.PTransform):
         self._groups = groups
 
     def expand(self, nodes):
-        cfg, limits = self._cfg, self._limits
         prepared = nodes | "Prepare" >> (
             beam.ParDo(_Prepare(self._tmp, self._groups))
             # Without this, Beam infers the main output as "tuple or TaggedOutput" and the
@@ -304,48 +332,8 @@ class Dedup(beam.PTransform):
             .with_output_types(tuple[int, Any])
             .with_outputs(_LSH, main="join")
         )
-        labels = []  # (step, (h, (2, label))) for the join
-        if cfg.near:
-            spilled = prepared[_LSH]
-            count = (spilled
-                     | "NodeCounts" >> beam.Map(lambda kv: kv[1].records)
-                     | "CountNodes" >> beam.CombineGlobally(sum).without_defaults())
-            n_nodes = AsSingleton(count, default_value=0)
-            blobs = (
-                spilled
-                | "BandBlobs"
-                >> beam.ParDo(_BandBlobs(cfg.bands, cfg.rows, cfg.verify, limits, self._tmp), n_nodes)
-                .with_output_types(tuple[int, Any])
-                .with_outputs(_BandBlobs.SIGS, main="bands")
-            )
-            buckets = (
-                blobs.bands
-                | "Buckets" >> beam.GroupByKey()
-                | "BucketEdges"
-                >> beam.ParDo(_BucketEdges(cfg, limits, self._tmp), n_nodes)
-                .with_output_types(tuple[Any, Any])
-                .with_outputs(_EdgeSink.LABELS, main="edges")
-            )
-            labels.append(("Bucket", buckets.labels))
-            edges = buckets.edges
-            if cfg.verify:
-                num_perm = cfg.bands * cfg.rows
-
-                def join(edges, group: str, step: str, fn):  # the signatures meet the edges by home
-                    return ((blobs.sigs, edges)
-                            | f"{group}Flatten" >> beam.Flatten()
-                            | f"{group}Group" >> beam.GroupByKey()
-                            | step >> beam.ParDo(fn(num_perm, cfg.verify_threshold, limits, self._tmp), n_nodes)
-                            .with_output_types(tuple[Any, Any])
-                            .with_outputs(_EdgeSink.LABELS, main="edges"))
-
-                attached = join(edges, "SigA", "AttachSignature", _AttachSignature)
-                labels.append(("Attach", attached.labels))
-                verified = join(attached.edges, "SigB", "Verify", _VerifyEdges)
-                edges = verified.edges
-                labels.append(("Verify", verified.labels))
-            components = edges | "Components" >> ConnectedComponents(cfg.max_rounds, limits)
-            labels.append(("Components", components | "LabelForJoin" >> beam.Map(_label_for_join)))
+        # (step, (h, (2, label))) for the join; exact only: none, the join by h does it all
+        labels = self._near_labels(prepared[_LSH]) if self._cfg.near else []
         spill = functools.partial(SpillFn, self._tmp)
         # Each labels PCollection is spilled by its producer: spilled after a Flatten, the labels
         # would wait in the runner's Flatten buffer.
@@ -355,9 +343,64 @@ class Dedup(beam.PTransform):
             [prepared.join, *label_refs]
             | "JoinFlatten" >> beam.Flatten()
             | "JoinGroup" >> beam.GroupByKey()
-            | "Assign" >> beam.ParDo(_Assign(cfg))
+            | "Assign" >> beam.ParDo(_Assign(self._cfg))
             # Every member learns its cluster's size (dup_cluster_size, and rehydration).
             | "ClusterSpill" >> beam.ParDo(spill(functools.partial(_cluster_group, groups=self._groups)))
             | "ClusterGroup" >> beam.GroupByKey()
             | "Sized" >> beam.FlatMap(_sized)
         )
+
+    def _near_labels(self, spilled) -> list[tuple[str, Any]]:
+        """The spilled signatures -> LSH, verification (when on), connected components: the
+        component labels of the nodes in near-duplicate clusters, by the step that found them.
+        With or without verification, each step is its own DoFn, chosen here."""
+        cfg, limits = self._cfg, self._limits
+        count = (spilled
+                 | "NodeCounts" >> beam.Map(lambda kv: kv[1].records)
+                 | "CountNodes" >> beam.CombineGlobally(sum).without_defaults())
+        n_nodes = AsSingleton(count, default_value=0)
+        band_fn = _BandAndSignatureBlobs if cfg.verify else _BandBlobs
+        blobs = (
+            spilled
+            | "BandBlobs"
+            >> beam.ParDo(band_fn(cfg.bands, cfg.rows, limits, self._tmp), n_nodes)
+            .with_output_types(tuple[int, Any])
+            .with_outputs(_BandBlobs.SIGS, main="bands")
+        )
+        edges_fn = _VerifiedBucketEdges if cfg.verify else _BucketEdges
+        buckets = (
+            blobs.bands
+            | "Buckets" >> beam.GroupByKey()
+            | "BucketEdges"
+            >> beam.ParDo(edges_fn(cfg, limits, self._tmp), n_nodes)
+            .with_output_types(tuple[Any, Any])
+            .with_outputs(_EdgeSink.LABELS, main="edges")
+        )
+        labels = [("Bucket", buckets.labels)]
+        edges = buckets.edges
+        if cfg.verify:
+            edges = self._verify_joins(blobs.sigs, edges, n_nodes, labels)
+        components = edges | "Components" >> ConnectedComponents(cfg.max_rounds, limits)
+        labels.append(("Components", components | "LabelForJoin" >> beam.Map(_label_for_join)))
+        return labels
+
+    def _verify_joins(self, sigs, edges, n_nodes, labels: list):
+        """Join 1 (_AttachSignature) and join 2 (_VerifyEdges), where the signatures meet the
+        edges by home: each appends the labels of a group that verified every edge to
+        ``labels``; returns the kept edges the components still have to join."""
+        cfg, limits = self._cfg, self._limits
+        num_perm = cfg.bands * cfg.rows
+
+        def join(edges, group: str, step: str, fn):
+            return ((sigs, edges)
+                    | f"{group}Flatten" >> beam.Flatten()
+                    | f"{group}Group" >> beam.GroupByKey()
+                    | step >> beam.ParDo(fn(num_perm, cfg.verify_threshold, limits, self._tmp), n_nodes)
+                    .with_output_types(tuple[Any, Any])
+                    .with_outputs(_EdgeSink.LABELS, main="edges"))
+
+        attached = join(edges, "SigA", "AttachSignature", _AttachSignature)
+        labels.append(("Attach", attached.labels))
+        verified = join(attached.edges, "SigB", "Verify", _VerifyEdges)
+        labels.append(("Verify", verified.labels))
+        return verified.edges
