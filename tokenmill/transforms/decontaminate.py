@@ -22,7 +22,7 @@ from tokenmill.errors import UserError
 from tokenmill.transforms.dedup.text import has_tokens
 from tokenmill.transforms.dedup.text import token_spans as words
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import Stage, StageFn, count
+from tokenmill.transforms.stage import Stage, StageFn, check, count
 from tokenmill.transforms.userfiles import texts
 
 STAGE = "decontaminate"
@@ -136,12 +136,15 @@ def cut(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) 
     return "".join(out)
 
 
-def decontaminate(doc: dict[str, Any], grams: EvalGrams, mode: str) -> dict[str, Any]:
-    """The pure core: marks, cuts or drops ``doc``; ``decontaminated`` lists the files it hit."""
+def decontaminate(doc: dict[str, Any], grams: EvalGrams, mode: str, deadline: float | None = None) -> dict[str, Any]:
+    """The pure core: marks, cuts or drops ``doc``; ``decontaminated`` lists the files it hit.
+    ``deadline`` (time.monotonic()) is checked between the passes: past it, ``stage.Timeout``."""
     toks, spans = words(doc.get("text") or "")
+    check(deadline)
     ranges, mask = grams.matches(toks)
     if not ranges:
         return doc
+    check(deadline)
     doc["decontaminated"] = grams.files(mask)
     if mode == "drop":
         return drop(doc, STAGE, "overlap")
@@ -157,7 +160,7 @@ class DecontaminateFn(StageFn):
         self._grams = load(self.cfg)
 
     def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
-        doc = decontaminate(doc, self._grams, self.cfg.mode)
+        doc = decontaminate(doc, self._grams, self.cfg.mode, self.deadline)
         for name in doc.get("decontaminated") or ():
             count(f"{STAGE}.file.{name}")
         return doc

@@ -15,7 +15,7 @@ from ftfy.fixes import uncurl_quotes
 
 from tokenmill.config import NormalizeConfig
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import Stage, StageFn
+from tokenmill.transforms.stage import Stage, StageFn, check
 
 # Horizontal whitespace of every script (NBSP, thin/em spaces, ideographic space, tabs...).
 _HSPACE = re.compile(r"[^\S\n]+")
@@ -33,23 +33,36 @@ def needs_ftfy(text: str) -> bool:
     return not text.isascii() or _FTFY_ASCII_WORK.search(text) is not None
 
 
-def fix_unicode(text: str, config: ftfy.TextFixerConfig) -> str:
+def fix_unicode(text: str, config: ftfy.TextFixerConfig, deadline: float | None = None) -> str:
     """``ftfy.fix_text(text, config)``, 3-4x faster on web text: the same loop (one segment per
     line, HTML unescaping off from the first line with a "<"), but a line ftfy would leave as
-    it is (plain ASCII, the common case even in non-English pages) skips ftfy's dozen passes."""
+    it is (plain ASCII, the common case even in non-English pages) skips ftfy's dozen passes,
+    and a line seen before (with the same settings) gets the answer ftfy gave it then: ftfy
+    costs ~10 us per call, so a page of short repeated non-ASCII lines ("\u00a0") would cost
+    15x ordinary text. ``deadline`` (time.monotonic()) is checked before each call of ftfy."""
     out, pos = [], 0
+    fixed: dict[str, str] = {}
     while pos < len(text):
         end = text.find("\n", pos) + 1 or len(text)
         end = min(end, pos + config.max_decode_length)
         segment = text[pos:end]
         if config.unescape_html == "auto" and "<" in segment:
             config = config._replace(unescape_html=False)
-        out.append(ftfy.fix_and_explain(segment, config)[0] if needs_ftfy(segment) else segment)
+            fixed = {}
+        if needs_ftfy(segment):
+            done = fixed.get(segment)
+            if done is None:
+                check(deadline)
+                done = fixed[segment] = ftfy.fix_and_explain(segment, config)[0]
+            segment = done
+        out.append(segment)
         pos = end
     return "".join(out)
 
 
-def normalize_text(text: str, cfg: NormalizeConfig) -> str:
+def normalize_text(text: str, cfg: NormalizeConfig, deadline: float | None = None) -> str:
+    """``text`` normalised as ``cfg`` says; ``deadline`` (time.monotonic()) is checked between
+    the passes, each linear in the text: past it, ``stage.Timeout``."""
     if cfg.fix_unicode:
         text = fix_unicode(text, ftfy.TextFixerConfig(
             explain=False,
@@ -57,7 +70,7 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
             normalization=None if cfg.unicode_form == "none" else cfg.unicode_form,
             # ftfy would turn fullwidth CJK punctuation into ASCII: that changes CJK text.
             fix_character_width=False,
-        ))
+        ), deadline)
     else:
         if cfg.straight_quotes:
             text = uncurl_quotes(text)
@@ -67,6 +80,7 @@ def normalize_text(text: str, cfg: NormalizeConfig) -> str:
         text = text.lower()
     if cfg.ascii_only:
         text = text.encode("ascii", "ignore").decode("ascii")
+    check(deadline)
     if cfg.drop_short_words:
         text = _SHORT_WORD.sub("", text)
     if cfg.collapse_whitespace or cfg.drop_short_words:
@@ -84,7 +98,7 @@ class NormalizeFn(StageFn):
     stage = "normalize"
 
     def apply(self, doc):
-        doc["text"] = normalize_text(doc["text"] or "", self.cfg)
+        doc["text"] = normalize_text(doc["text"] or "", self.cfg, self.deadline)
         return doc if doc["text"] else drop(doc, self.stage, "empty")
 
 

@@ -24,7 +24,7 @@ from tokenmill.config import QualityConfig
 from tokenmill.transforms import classifier
 from tokenmill.transforms.classifier import low as classifier_low
 from tokenmill.transforms.doc import drop, stored
-from tokenmill.transforms.stage import Stage, StageFn
+from tokenmill.transforms.stage import Stage, StageFn, check
 
 _WORD = re.compile(r"\w+(?:['\u2019-]\w+)*")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -46,7 +46,12 @@ SIGNALS = [
 ]
 INT_SIGNALS = {"n_words", "stop_words", "c4_lorem_ipsum", "c4_curly_bracket", "c4_javascript_lines", "c4_policy_lines",
                "c4_sentences"}
-_SENTENCE_END = re.compile(r"[.!?\u061f\u0964]+(?:\s|$)|[\u3002\uff01\uff1f]+")
+# A run of sentence-ending marks followed by a space or the line's end. The run is matched from
+# its first mark only (the lookbehind fails at once inside it) and possessively: from every
+# mark of a long run of dots that no space follows, "[.!?]+(?:\s|$)" scanned the rest of the
+# run again (quadratic in the run). Same matches.
+_SENTENCE_END = re.compile(r"[.!?\u061f\u0964](?<![.!?\u061f\u0964]{2})[.!?\u061f\u0964]*+(?:\s|$)"
+                           r"|[\u3002\uff01\uff1f]+")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 
 
@@ -118,9 +123,12 @@ def _entropy(counts: Counter) -> float:
     return -sum(c / total * math.log2(c / total) for c in counts.values())
 
 
-def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
+def signals(text: str, lang: str | None, cfg: QualityConfig, deadline: float | None = None) -> dict[str, Any]:
+    """Every signal of ``text``; ``deadline`` (time.monotonic()) is checked between the passes
+    over the text, each linear in it: past it, ``stage.Timeout``."""
     no_space = (lang or "") in cfg.no_space_langs
     words = words_of(text, no_space)
+    check(deadline)
     lower_words = [w.lower() for w in words]
     lengths = list(map(len, lower_words))  # lowercasing can change a length ("İ" -> "i̇")
     word_chars = sum(lengths)
@@ -128,6 +136,7 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     lines = [ln.strip() for ln in text.split("\n")]
     lines = [ln for ln in lines if ln]
     paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    check(deadline)
     n_lines = len(lines) or 1
     stops = cfg.stop_words.get(lang or "", [])
     s: dict[str, Any] = {
@@ -141,19 +150,23 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     }
     s["dup_line_frac"], s["dup_line_char_frac"] = _dup_stats(lines)
     s["dup_para_frac"], s["dup_para_char_frac"] = _dup_stats(paras)
+    check(deadline)
     # Shortcuts, exact: with no repeated n-gram there is no repeated (n+1)-gram either (its
     # first n words would repeat), so once a fraction is 0 the longer ones are 0 too.
     frac = 1.0
     for n in (2, 3, 4):
         frac = s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, lengths, word_chars) if frac else 0.0
+        check(deadline)
     frac = 1.0
     for n in range(5, 11):
         frac = s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n, lengths, word_chars) if frac else 0.0
+        check(deadline)
     # FineWeb rules.
     s["terminal_punct_line_ratio"] = sum(ln.endswith(_TERMINAL) for ln in lines) / n_lines
     s["short_line_ratio"] = sum(len(ln) <= cfg.fineweb_short_line_chars for ln in lines) / n_lines
     s["dup_line_chars_ratio"] = s["dup_line_char_frac"] * sum(len(ln) for ln in lines) / max(len(text.replace("\n", "")), 1)
     s["newline_word_ratio"] = text.count("\n") / max(n_words, 1)
+    check(deadline)
     # C4 rules.
     low = text.lower()
     s["c4_lorem_ipsum"] = int("lorem ipsum" in low)
@@ -165,6 +178,7 @@ def signals(text: str, lang: str | None, cfg: QualityConfig) -> dict[str, Any]:
     # then needs enough sentences in what is left.
     kept = [ln for ln in lines if ln.endswith(_TERMINAL) and (no_space or len(ln.split()) >= 3)]
     s["c4_sentences"] = sum(len(_SENTENCE_END.findall(ln)) or 1 for ln in kept)
+    check(deadline)
     s["char_entropy"] = _entropy(Counter(text.replace("\n", "").replace(" ", "")))
     s["word_entropy"] = _entropy(Counter(lower_words))
     return s
@@ -244,7 +258,8 @@ class QualityFn(StageFn):
     def apply(self, doc):
         lang = doc.get("lang")
         cfg = self.cfg.for_lang(lang)  # quality.per_lang overrides, merged once per language
-        s = {k: stored(v) if isinstance(v, float) else v for k, v in signals(doc["text"], lang, cfg).items()}
+        s = {k: stored(v) if isinstance(v, float) else v
+             for k, v in signals(doc["text"], lang, cfg, self.deadline).items()}
         doc.update(s)
         doc["quality_score"] = stored(quality_score(s, doc.get("lang_score")))
         # Every document gets its classifier scores, whatever the rules say (the report's

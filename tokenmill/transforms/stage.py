@@ -4,10 +4,17 @@
 A stage is a pure function ``doc -> doc`` (it may mark the doc dropped); ``StageFn`` wraps
 it, passes already-dropped documents through untouched, and keeps the Beam counters
 ``<stage>.in``, ``<stage>.out`` and ``dropped.<stage>:<reason>`` that every runner reports.
+
+Each document gets the stage's deadline, ``timeout_s`` of its config section (extraction has
+its own; both use transforms/deadline.py): the pure core calls ``check(deadline)`` between its passes, and ``StageFn`` turns the
+``Timeout`` into the drop ``<stage>:timeout``, counted like any other, never a hang. It is
+cooperative (no signals: Beam runs DoFns in threads), so each pass itself must be linear in
+the document; a pure core called without a deadline (None) never times out.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +23,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from tokenmill.memory import tame_allocators
+from tokenmill.transforms.deadline import Timeout, check  # noqa: F401 - the stages' check
+from tokenmill.transforms.doc import drop
 
 NAMESPACE = "tokenmill"
 
@@ -42,6 +51,9 @@ class StageFn(beam.DoFn):
     # True for a stage that also works on dropped documents (PII: their rows are published too);
     # they pass through ``apply`` uncounted.
     on_dropped = False
+    # The deadline (time.monotonic()) of the document ``apply`` works on, for the pure core's
+    # check() calls; None when the stage's section has no timeout_s.
+    deadline: float | None = None
 
     def __init__(self, cfg: Any):
         self.cfg = cfg  # the stage's config section; what its setup() loads goes on the instance
@@ -49,12 +61,25 @@ class StageFn(beam.DoFn):
     def apply(self, doc: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def timed_out(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """What becomes of a document whose deadline passed in ``apply``: dropped as
+        ``<stage>:timeout`` (a stage whose half-done work must not be published overrides it)."""
+        return drop(doc, self.stage, "timeout")
+
+    def _apply(self, doc: dict[str, Any]) -> dict[str, Any]:
+        timeout_s = getattr(self.cfg, "timeout_s", None)
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            return self.apply(doc)
+        except Timeout:
+            return self.timed_out(doc)
+
     def process(self, doc: dict[str, Any]):
         if doc.get("dropped_by"):
-            yield self.apply(doc) if self.on_dropped else doc
+            yield self._apply(doc) if self.on_dropped else doc
             return
         count(f"{self.stage}.in")
-        doc = self.apply(doc)
+        doc = self._apply(doc)
         if doc.get("dropped_by"):
             count(f"dropped.{doc['dropped_by']}")
         else:

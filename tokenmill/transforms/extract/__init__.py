@@ -31,8 +31,8 @@ checked while walking and scoring.
 
 The package, a module a concern: ``sniff`` and ``decode`` (step 1), ``tree`` (step 2: parsing,
 the attribute cap, the flat fallback), ``walk`` (step 3) with ``hints`` (the class/id vocabularies),
-``score`` and ``content`` (step 4: scoring and choosing the node; cleaning, retries, polish),
-``deadline`` (the cooperative deadline); ``core`` holds ``extract_html`` and ``Extracted``,
+``score`` and ``content`` (step 4: scoring and choosing the node; cleaning, retries, polish)
+(the cooperative deadline is every stage's: transforms/deadline.py); ``core`` holds ``extract_html`` and ``Extracted``,
 ``stage`` the Beam stage ``ExtractFn``.
 """
 

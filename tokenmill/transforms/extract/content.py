@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from .deadline import _check
+from tokenmill.transforms.deadline import check
+
 from .score import _Aggregates, _ancestors, _choose, _score
 from .walk import _HEADINGS, _Page
 
@@ -102,7 +103,7 @@ def _attempt(pg: _Page, strip_unlikely: bool, use_weights: bool, clean: bool, de
     ag = _Aggregates(pg, strip_unlikely)
     scores = _score(pg, ag, use_weights, deadline)
     parent, chosen, best, lead = _choose(pg, ag, scores)
-    _check(deadline)
+    check(deadline)
     n = len(pg.tag)
     parents = pg.parent
     inside = [False] * n

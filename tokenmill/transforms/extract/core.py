@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from lxml import etree
 
+from tokenmill.transforms.deadline import Timeout, check
+
 from .content import _main_blocks, _polish, _title_heading
-from .deadline import _check, _Timeout
 from .decode import decode_html
 from .sniff import _looks_binary, _looks_binary_text
 from .tree import _parse
@@ -89,11 +90,11 @@ def extract_html(
             text = text.replace("\x00", "")
         if not text or text.isspace():
             return Extracted(None, "no_text", encoding=encoding)
-        _check(deadline)
+        check(deadline)
         root = _parse(text, deadline)
         if root is None:
             return Extracted(None, "no_text", encoding=encoding)
-        _check(deadline)
+        check(deadline)
         title = _get_title(root)
         etree.strip_elements(root, *_JUNK_TAGS, with_tail=False)
         body = _body(root)
@@ -109,7 +110,7 @@ def extract_html(
         if not lines:
             return Extracted(None, "no_text", title=title, encoding=encoding)
         return Extracted(_nfc("\n".join(lines)), None, title=_nfc(title), encoding=encoding)
-    except _Timeout:
+    except Timeout:
         return Extracted(None, "timeout", title=title, encoding=encoding)
     except Exception:  # noqa: BLE001 - the contract: a parser failure is a reason, never a crash
         return Extracted(None, "parse_error", title=title, encoding=encoding)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from .deadline import _check
+from tokenmill.transforms.deadline import check
+
 from .hints import _F_ANY_UNLIKELY, _F_BOILERPLATE, _F_POSITIVE
 from .walk import _HEADINGS, _Page
 
@@ -114,7 +115,7 @@ def _score(pg: _Page, ag: _Aggregates, use_weights: bool, deadline: float) -> di
         if tag in _UNSCORED_TAGS:
             continue
         if not j & 255:
-            _check(deadline)
+            check(deadline)
         # Text directly in a <div> counts as an implicit paragraph inside that div.
         anc = parents[node] if tag in _PARAGRAPH_TAGS else node
         level = 0

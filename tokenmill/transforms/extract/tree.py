@@ -8,7 +8,8 @@ from html.parser import HTMLParser as _StdlibTokenizer
 
 from lxml import etree
 
-from .deadline import _check
+from tokenmill.transforms.deadline import check
+
 from .walk import _INLINE
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
@@ -111,7 +112,7 @@ def _parse_flat(text: str, deadline: float) -> etree._Element:
     builder = _FlatTreeBuilder()
     for i in range(0, len(text), 65536):
         builder.feed(text[i : i + 65536])
-        _check(deadline)
+        check(deadline)
     builder.close()
     return builder.root
 
@@ -157,6 +158,6 @@ def _parse(text: str, deadline: float) -> etree._Element | None:
     root = etree.fromstring(data, parser)
     if any(e.level_name == "FATAL" for e in parser.error_log):
         # libxml2 stopped early (in practice: nesting deeper than 2048) and dropped the rest.
-        _check(deadline)
+        check(deadline)
         root = _parse_flat(text, deadline)
     return root

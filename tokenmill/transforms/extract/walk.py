@@ -7,7 +7,8 @@ import re
 
 from lxml import etree
 
-from .deadline import _check
+from tokenmill.transforms.deadline import check
+
 from .hints import _F_BOILERPLATE, _F_POSITIVE, _F_UNLIKELY, _UNLIKELY_ARTICLE_RE, _hints
 
 # Removed with their subtree before the walk (their tail text is kept). Forms are not here:
@@ -152,7 +153,7 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
     for event, el in walker:
         count += 1
         if not count & 255:
-            _check(deadline)
+            check(deadline)
         if event == "start":
             tag = el.tag
             unlikely = 0
