@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
@@ -184,60 +186,91 @@ def signals(text: str, lang: str | None, cfg: QualityConfig, deadline: float | N
     return s
 
 
-def _first_broken(rules: list[tuple[bool, str]]) -> str | None:
-    """The reason of the first rule broken, in the order given (each a plain comparison)."""
-    return next((reason for broken, reason in rules if broken), None)
+# ---------------------------------------------------------------- the rules, as a table
+# A rule is one entry: its reason (quality:<reason>), the signal it reads, its family (the
+# QualityConfig section that switches it off and holds its limit), how it compares and the
+# key of its limit. first_failure, the list of reasons and the report's histograms derive from
+# it. "min": the document breaks it below the limit; "max": above it; "flag": a nonzero signal
+# while the switch named by ``key`` is on. ``when``: where it applies (None: everywhere).
+
+
+def _space_separated(s: dict[str, Any], lang: str, cfg: QualityConfig) -> bool:
+    return lang not in cfg.no_space_langs
+
+
+def _has_stop_words(s: dict[str, Any], lang: str, cfg: QualityConfig) -> bool:
+    return lang in cfg.stop_words
+
+
+def _short(s: dict[str, Any], lang: str, cfg: QualityConfig) -> bool:
+    return s["n_words"] < cfg.c4.javascript_max_words
+
+
+@dataclass(frozen=True)
+class Rule:
+    reason: str
+    signal: str
+    family: str  # gopher | repetition | c4 | fineweb
+    compare: str  # min | max | flag
+    key: str  # the family's key: "top_ngram_fracs[1]" is an item of a list
+    when: Callable[[dict[str, Any], str, QualityConfig], bool] | None = None
+    # What the report shows of the signal: a kept-vs-dropped histogram (low, high, bins, log10
+    # scale), None: its value beside each sample document, False: nothing.
+    report: tuple | None | bool = False
+
+    def limit(self, section: Any) -> Any:
+        name, _, index = self.key.partition("[")
+        value = getattr(section, name)
+        return value[int(index[:-1])] if index else value
+
+    def broken(self, s: dict[str, Any], lang: str, cfg: QualityConfig) -> bool:
+        value, limit = s[self.signal], self.limit(getattr(cfg, self.family))
+        if self.compare == "min":
+            hit = value < limit
+        elif self.compare == "max":
+            hit = value > limit
+        else:
+            hit = bool(limit and value)
+        return hit and (self.when is None or self.when(s, lang, cfg))
+
+
+_UNIT = (0.0, 1.0, 20, False)
+RULES: tuple[Rule, ...] = (
+    Rule("gopher_min_words", "n_words", "gopher", "min", "min_words", report=(0.0, 5.0, 25, True)),
+    Rule("gopher_max_words", "n_words", "gopher", "max", "max_words"),
+    Rule("gopher_mean_word_len", "mean_word_len", "gopher", "min", "min_mean_word_len", _space_separated,
+         report=(0.0, 15.0, 30, False)),
+    Rule("gopher_mean_word_len", "mean_word_len", "gopher", "max", "max_mean_word_len", _space_separated),
+    Rule("gopher_symbol_ratio", "symbol_word_ratio", "gopher", "max", "max_symbol_word_ratio", report=None),
+    Rule("gopher_bullet_lines", "bullet_line_ratio", "gopher", "max", "max_bullet_lines", report=None),
+    Rule("gopher_ellipsis_lines", "ellipsis_line_ratio", "gopher", "max", "max_ellipsis_lines", report=None),
+    Rule("gopher_alpha_words", "alpha_word_ratio", "gopher", "min", "min_alpha_words", report=_UNIT),
+    Rule("gopher_stop_words", "stop_words", "gopher", "min", "min_stop_words", _has_stop_words, report=None),
+    *(Rule(f"gopher_{key}", key, "repetition", "max", key, report=_UNIT if key == "dup_line_frac" else False)
+      for key in ("dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac")),
+    *(Rule(f"gopher_top_{n}gram", f"top_{n}gram_frac", "repetition", "max", f"top_ngram_fracs[{i}]",
+           report=_UNIT if n == 2 else False) for i, n in enumerate((2, 3, 4))),
+    *(Rule(f"gopher_dup_{n}gram", f"dup_{n}gram_frac", "repetition", "max", f"dup_ngram_fracs[{i}]")
+      for i, n in enumerate(range(5, 11))),
+    Rule("c4_lorem_ipsum", "c4_lorem_ipsum", "c4", "flag", "drop_lorem_ipsum"),
+    Rule("c4_curly_bracket", "c4_curly_bracket", "c4", "flag", "drop_curly_bracket"),
+    Rule("c4_javascript", "c4_javascript_lines", "c4", "flag", "drop_javascript", _short),
+    Rule("c4_min_sentences", "c4_sentences", "c4", "min", "min_sentences"),
+    Rule("fineweb_terminal_punct", "terminal_punct_line_ratio", "fineweb", "min", "min_terminal_punct_lines",
+         report=_UNIT),
+    Rule("fineweb_short_lines", "short_line_ratio", "fineweb", "max", "max_short_lines", report=_UNIT),
+    Rule("fineweb_dup_line_chars", "dup_line_chars_ratio", "fineweb", "max", "max_dup_line_chars"),
+    Rule("fineweb_newlines_per_word", "newline_word_ratio", "fineweb", "max", "max_newline_word_ratio"),
+)
+assert all(r.signal in SIGNALS for r in RULES), "a rule reads a signal signals() does not compute"
+REASONS = tuple(dict.fromkeys(r.reason for r in RULES))  # in the order they are tried
 
 
 def first_failure(s: dict[str, Any], lang: str | None, cfg: QualityConfig) -> str | None:
-    """The first rule ``s`` breaks (the drop reason), or None. Order: Gopher quality,
-    Gopher repetition, C4, FineWeb; each family can be switched off."""
-    no_space = (lang or "") in cfg.no_space_langs
-    g = cfg.gopher
-    if g.enabled:
-        if reason := _first_broken([
-            (s["n_words"] < g.min_words, "gopher_min_words"),
-            (s["n_words"] > g.max_words, "gopher_max_words"),
-            (not no_space and not g.min_mean_word_len <= s["mean_word_len"] <= g.max_mean_word_len,
-             "gopher_mean_word_len"),
-            (s["symbol_word_ratio"] > g.max_symbol_word_ratio, "gopher_symbol_ratio"),
-            (s["bullet_line_ratio"] > g.max_bullet_lines, "gopher_bullet_lines"),
-            (s["ellipsis_line_ratio"] > g.max_ellipsis_lines, "gopher_ellipsis_lines"),
-            (s["alpha_word_ratio"] < g.min_alpha_words, "gopher_alpha_words"),
-            ((lang or "") in cfg.stop_words and s["stop_words"] < g.min_stop_words, "gopher_stop_words"),
-        ]):
-            return reason
-    r = cfg.repetition
-    if r.enabled:
-        for key, limit in (("dup_line_frac", r.dup_line_frac), ("dup_para_frac", r.dup_para_frac),
-                           ("dup_line_char_frac", r.dup_line_char_frac), ("dup_para_char_frac", r.dup_para_char_frac)):
-            if s[key] > limit:
-                return f"gopher_{key}"
-        for n, limit in zip((2, 3, 4), r.top_ngram_fracs):
-            if s[f"top_{n}gram_frac"] > limit:
-                return f"gopher_top_{n}gram"
-        for n, limit in zip(range(5, 11), r.dup_ngram_fracs):
-            if s[f"dup_{n}gram_frac"] > limit:
-                return f"gopher_dup_{n}gram"
-    c = cfg.c4
-    if c.enabled:
-        if c.drop_lorem_ipsum and s["c4_lorem_ipsum"]:
-            return "c4_lorem_ipsum"
-        if c.drop_curly_bracket and s["c4_curly_bracket"]:
-            return "c4_curly_bracket"
-        if c.drop_javascript and s["c4_javascript_lines"] and s["n_words"] < c.javascript_max_words:
-            return "c4_javascript"
-        if s["c4_sentences"] < c.min_sentences:
-            return "c4_min_sentences"
-    f = cfg.fineweb
-    if f.enabled:
-        return _first_broken([
-            (s["terminal_punct_line_ratio"] < f.min_terminal_punct_lines, "fineweb_terminal_punct"),
-            (s["short_line_ratio"] > f.max_short_lines, "fineweb_short_lines"),
-            (s["dup_line_chars_ratio"] > f.max_dup_line_chars, "fineweb_dup_line_chars"),
-            (s["newline_word_ratio"] > f.max_newline_word_ratio, "fineweb_newlines_per_word"),
-        ])
-    return None
+    """The reason of the first rule ``s`` breaks, in RULES' order (Gopher quality, Gopher
+    repetition, C4, FineWeb), or None; a family whose section is off is skipped."""
+    lang = lang or ""
+    return next((r.reason for r in RULES if getattr(cfg, r.family).enabled and r.broken(s, lang, cfg)), None)
 
 
 def quality_score(s: dict[str, Any], lang_score: float | None) -> float:
@@ -297,9 +330,10 @@ def _check(cfg: QualityConfig, job) -> None:
         classifier.check(cfg.classifier)
 
 
-_UNIT = (0.0, 1.0, 20, False)
-SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check, report={
-    "n_words": (0.0, 5.0, 25, True), "mean_word_len": (0.0, 15.0, 30, False), "terminal_punct_line_ratio": _UNIT,
-    "short_line_ratio": _UNIT, "dup_line_frac": _UNIT, "top_2gram_frac": _UNIT, "alpha_word_ratio": _UNIT,
-    "stop_words": None, "symbol_word_ratio": None, "bullet_line_ratio": None, "ellipsis_line_ratio": None,
-    "char_entropy": (0.0, 8.0, 32, False), "quality_classifier": _UNIT})
+# The report: the rules' signals (their histograms first), then what no rule reads.
+_REPORT: dict[str, tuple | None] = {}
+for _rule in sorted(RULES, key=lambda r: r.report is None):
+    if _rule.report is not False:
+        _REPORT.setdefault(_rule.signal, _rule.report)
+SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check,
+             report={**_REPORT, "char_entropy": (0.0, 8.0, 32, False), "quality_classifier": _UNIT})
