@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup-data setup sample test cluster-up cluster-down test-cluster bench lint clean
+.PHONY: setup-data setup sample test test-fast cluster-up cluster-down test-cluster bench lint clean
 
 # Data only (`make sample`): tokenmill and apache-beam, no torch. Bytecode for tokenmill's own
 # modules, as pip writes it for an installed package: an editable install has none, and where
@@ -40,6 +40,10 @@ sample: setup-data
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The inner loop: everything but the tests marked slow (pyproject.toml), in under 2 minutes.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # Real Flink and Spark clusters and Prism on this machine (scripts/cluster.sh; versions in
 # cluster/versions.env), and the tests that run `prepare` on them.

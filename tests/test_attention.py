@@ -60,6 +60,7 @@ def test_device_choice():
 
 @pytest.mark.parametrize("rows", [MANY, ONE], ids=["many-docs", "one-doc"])
 @pytest.mark.parametrize("heads", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.slow
 def test_flex_equals_dense_mask_sdpa(rows, heads):
     torch.manual_seed(0)
     (h, kv), doc = heads, doc_ids_of(rows)

@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 from conftest import run_prepare
 
 from tokenmill.config import BoilerplateConfig
@@ -99,6 +100,7 @@ def test_strip_cuts_corpus_and_domain_boilerplate():
     assert strip(d2, sketch, corpus_only)[0] == 1 and "newsletter" in d2["text"]
 
 
+@pytest.mark.slow
 def test_prepare_cuts_a_banner_shared_by_many_documents(tmp_path):
     banner = "We use cookies to improve your experience on this site"
     recs = [json.loads(x) for x in (SAMPLE / "docs.jsonl").read_text().splitlines() if x.strip().endswith("}")]

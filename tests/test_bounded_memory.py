@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a big corpus, measured in subprocesses
+
 SCRIPT = """
 import resource, sys
 from tokenmill.cli import main

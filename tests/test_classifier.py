@@ -3,7 +3,6 @@ on real text, scored in a real prepare run, with the threshold's reason, the sco
 the report's histogram."""
 
 import json
-import os
 
 import numpy as np
 import pytest

@@ -10,6 +10,8 @@ torch = pytest.importorskip("torch")
 
 from conftest import needs_chromium, render_in_chromium  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains several proxy models
+
 from tokenmill.cli import main  # noqa: E402
 
 SETS = ["data.seq_len=64", "train.micro_batch=4", "data.num_workers=0", "metrics.tensorboard=false",

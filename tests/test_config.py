@@ -1,7 +1,13 @@
-import pytest
+import subprocess
+import sys
 
-from tokenmill.config import load_config, parse_set
+import pytest
+from pydantic import BaseModel
+
+from tokenmill.cli import main
+from tokenmill.config import JobConfig, load_config, load_validated, parse_set
 from tokenmill.errors import UserError
+from tokenmill.trainer.config import TrainJobConfig
 
 
 def test_defaults_validate():
@@ -56,3 +62,34 @@ def test_config_file_errors(tmp_path):
     bad.write_text("- just\n- a list\n")
     with pytest.raises(UserError, match="expected a mapping"):
         load_config(str(bad))
+
+
+def _keys(model_cls, prefix=""):
+    """Every key of a config model, as section.key paths, with its field."""
+    for name, field in model_cls.model_fields.items():
+        yield prefix + name, field
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield from _keys(field.annotation, f"{prefix}{name}.")
+
+
+@pytest.mark.parametrize("argv, model", [(["config"], JobConfig), (["config", "--train"], TrainJobConfig)],
+                         ids=["job", "train"])
+def test_config_prints_every_key_with_its_help_as_yaml_that_loads_back_to_the_defaults(argv, model, tmp_path, capsys):
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    for key, field in _keys(model):
+        assert field.description, f"{key}: no description (its line of help in `tokenmill config`)"
+        indent, name = "  " * key.count("."), key.rsplit(".", 1)[-1]
+        at = [i for i, line in enumerate(lines) if line.startswith(f"{indent}{name}:")]
+        assert at, f"{key} is not printed"
+        assert lines[at[0] - 1].startswith(f"{indent}# "), f"{key} has no help above it"
+    path = tmp_path / "default.yaml"
+    path.write_text(text)
+    assert load_validated(model, str(path)) == model()
+    assert load_validated(model, str(path)).model_dump() == model().model_dump()
+
+
+def test_config_train_needs_no_torch():
+    code = "import sys; from tokenmill.cli import main; main(['config', '--train']); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

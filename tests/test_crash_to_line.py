@@ -133,6 +133,7 @@ def test_generate_flags_out_of_range_are_one_line(tmp_path, capsys, args, needle
     assert needle in one_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_an_output_that_is_a_file_is_one_line(tmp_path):
     f = tmp_path / "file"
     f.write_text("not a folder")

@@ -4,6 +4,7 @@ from the bundled sample, with the report's per-file counts."""
 
 import json
 
+import pytest
 from conftest import run_prepare
 
 from tokenmill.config import DecontaminateConfig
@@ -47,6 +48,7 @@ def test_cut_removes_only_the_overlapping_words():
     assert cut("a b c", [(0, 1), (2, 3), (4, 5)], [(0, 2), (1, 3)]) == " "
 
 
+@pytest.mark.slow
 def test_prepare_drops_or_cuts_documents_holding_an_eval_item(tmp_path):
     line = next(x for x in (SAMPLE / "docs.jsonl").read_text().splitlines() if '"doc-en-001"' in x)
     target = json.loads(line)  # (the sample also holds broken records, on purpose)

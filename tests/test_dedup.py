@@ -292,7 +292,7 @@ def test_exact_verdicts_from_mixed_records():
         assert {v.label for v in got if v.cluster == "d"} == {d}
         sizes = {(v.key, v.reason): v.size for v in sized(got)}
         assert sizes[(a2, EXACT)] == 3 and sizes[(c, NEAR)] == 3 and sizes[(d, None)] == 3
-        assert all(v.label == b"" for v in sized(got))
+        assert [v.label for v in sized(got)] == [v.label for v in got]  # kept for the cluster statistics
     assert list(exact_verdicts([], "first_id")) == []
 
 
@@ -353,6 +353,7 @@ def _expected(edges):
     return sorted(union_find_components([(a, b) for a, b in edges if a != b]).items())
 
 
+@pytest.mark.slow
 def test_components_equal_union_find():
     rng = random.Random(7)
     cases = {

@@ -371,6 +371,7 @@ def test_trainer_entry_script_runs_torchrun(trainer, tmp_path):
     assert run("--help") == ["tokenmill", "train", "--help"]  # the help needs no GPU
 
 
+@pytest.mark.slow
 def test_trainer_entry_script_with_real_torchrun(trainer, tmp_path):
     """The real torchrun (CPU torch here) accepts the command line and runs `tokenmill train ARGS` as given."""
     pytest.importorskip("torch")
@@ -464,6 +465,7 @@ def resolved(tmp_path_factory) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_worker_pip_install_resolves(resolved):
     import apache_beam
 
@@ -473,6 +475,7 @@ def test_worker_pip_install_resolves(resolved):
     assert {"google-cloud-storage", "boto3"} <= set(pkgs), "gcp and aws extras (gs://, s3://)"
 
 
+@pytest.mark.slow
 def test_trainer_pip_install_resolves_cuda_torch(resolved):
     pkgs = resolved["trainer"]
     assert "tokenmill" in pkgs

@@ -63,3 +63,12 @@ def test_the_newest_weights_win(tmp_path):
     assert train_tiny(out, run, "data.seq_len=32", "train.steps=6", "checkpoint.every=4", "checkpoint.final=none") == 0
     assert (run / "checkpoints" / "step-00000004").exists()
     assert load_run(str(run))[3].endswith("hf")
+
+
+def test_max_new_tokens_is_max_tokens(run, capsys):
+    """transformers users type --max-new-tokens: the same budget as --max-tokens."""
+    outs = []
+    for flag in ("--max-tokens", "--max-new-tokens"):
+        assert main(["generate", str(run), "--prompt", "w5 w9", flag, "4", "--temperature", "0"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and outs[0].startswith("w5 w9")

@@ -133,6 +133,7 @@ def no_unk_tokenizer(data):
 
 
 @pytest.mark.parametrize("case", ["runner_typo", "missing_language_model", "fails_on_a_worker"])
+@pytest.mark.slow
 def test_a_failed_run_leaves_the_previous_output_whole(case, previous, data, no_unk_tokenizer):
     _, small, _ = data
     args, needle = {
@@ -152,6 +153,7 @@ def test_a_failed_run_leaves_the_previous_output_whole(case, previous, data, no_
 # ---------------------------------------------------------------- 2. one run at a time
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_busy_output_is_refused(tmp_path, data, fast, capsys):
     _, small, big = data
     out = tmp_path / "out"
@@ -222,6 +224,7 @@ def test_disk_full_is_one_line_and_leaves_no_temp_files(tmp_path, data, fast):
     ("multi_processing", "launcher", signal.SIGINT),  # kill -INT <pid>: the workers must be ended by the launcher
     ("multi_processing", "group", signal.SIGTERM),  # what `timeout`, `scancel` and Kubernetes send
 ])
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_and_keeps_the_previous_output(mode, to, sig, previous, data, fast):
     _, _, big = data
     before = snapshot(previous)

@@ -518,3 +518,14 @@ def test_charset_labels_that_are_no_web_charset_are_ignored(label, tmp_path):
     assert r.reason is None and r.encoding == "cp1252" and r.text == words
     assert _decode_text(words.encode(), label) == (words, None)  # UTF-8 under the odd label: read
     assert _decode_text("plain text".encode("utf-16"), "utf-16") == ("plain text", None)  # still honoured
+
+
+def test_a_loop_of_symlinks_in_a_folder_is_one_counted_skip(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"id": "a", "text": "file a"}\n')
+    os.symlink("loop.jsonl", src / "loop.jsonl")  # resolves to itself: stat fails with ELOOP
+    scan = scan_inputs([str(src)])
+    assert [f.rel for f in scan.files] == ["a.jsonl"] and scan.skipped == {"symlink_loop": 1}
+    with pytest.raises(UserError, match="loop of symbolic links"):
+        scan_inputs([str(src / "loop.jsonl")])  # named, it is one clear error

@@ -160,6 +160,7 @@ def test_token_ids_past_vocab_size_are_caught(outs, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.slow
 def test_shard_truncated_while_training_is_one_line_not_sigbus(tmp_path, workers):
     data = make_output(tmp_path / "out", 300, seed=4, vocab=VOCAB)
     run = tmp_path / "run"

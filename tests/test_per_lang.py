@@ -22,6 +22,7 @@ def test_overrides_merge_into_the_section():
         QualityConfig(per_lang={"de": {"classifier": {"model": "x.bin"}}})
 
 
+@pytest.mark.slow
 def test_prepare_applies_a_languages_own_thresholds(tmp_path, capsys):
     _, rows, base = run_prepare(tmp_path / "base", [SAMPLE])
     rc, rows2, strict = run_prepare(tmp_path / "de", [SAMPLE], ["quality.per_lang.de.gopher.min_words=100000"])

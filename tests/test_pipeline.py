@@ -229,6 +229,7 @@ def test_rehydrated_survivors_repeat_in_the_shards(tmp_path):
     assert len(ids) == len(kept) + 2 * len(clustered)
 
 
+@pytest.mark.slow
 def test_prepare_needs_no_pandas(tmp_path):
     """The data side is `pip install -e .` (make sample): apache-beam 2.62 brings no pandas, so
     nothing `prepare` runs may import it (pyarrow's to_pandas_dtype did, in the shard writer)."""

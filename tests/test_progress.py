@@ -16,6 +16,7 @@ from tokenmill.transforms.progress import Reporter
 
 
 @pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
+@pytest.mark.slow
 def test_progress_totals_match_the_report(tmp_path, mode):
     cfg = load_config(None, ["tokenize.vocab_size=600"])
     cfg.inputs, cfg.output = sample_inputs(), str(tmp_path / "out")

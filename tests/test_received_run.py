@@ -90,6 +90,7 @@ def test_a_real_checkpoint_still_loads(trained, capsys):
     assert "step-00000002" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_process_group_saves_and_stops(trained, tmp_path):
     """What `timeout`, `scancel` and Kubernetes do: SIGTERM to every process of the group, the
     DataLoader workers included. The run saves a checkpoint and stops as on a SIGTERM to the

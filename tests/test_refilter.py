@@ -45,6 +45,7 @@ def test_tag_mode_drops_nothing_and_keeps_the_decision(tagged):
 
 
 @pytest.mark.parametrize("sets", SETTINGS, ids=["min_words", "per_lang+ngram+vocab"])
+@pytest.mark.slow
 def test_refilter_writes_what_prepare_writes(tagged, tmp_path, sets):
     src = tagged[0]
     args = [a for s in sets for a in ("--set", s)]
@@ -54,6 +55,7 @@ def test_refilter_writes_what_prepare_writes(tagged, tmp_path, sets):
     _same_output(tmp_path / "refiltered", tmp_path / "direct")
 
 
+@pytest.mark.slow
 def test_refilter_of_a_filtered_output_brings_documents_back(tmp_path):
     rc, rows, _ = run_prepare(tmp_path / "strict", [], ["quality.gopher.min_words=120"])
     assert rc == 0 and any(r["dropped_by"] == "quality:gopher_min_words" for r in rows)
@@ -86,3 +88,12 @@ def test_settings_that_change_signals_or_texts_are_refused(tagged, tmp_path, cap
         assert main(["refilter", str(src), "--output", str(tmp_path / "x")] + [a for s in sets for a in ("--set", s)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
+
+
+def test_refilter_with_the_report_off_publishes_and_succeeds(tagged, tmp_path, capsys):
+    src, out = tagged[0], tmp_path / "noreport"
+    capsys.readouterr()
+    assert main(["refilter", str(src), "--output", str(out), "--set", "report.enabled=false"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "report disabled" in captured.out
+    assert (out / "manifest.json").exists() and not (out / "report" / "report.json").exists()

@@ -13,6 +13,8 @@ import time
 import pytest
 from conftest import run_prepare
 
+pytestmark = pytest.mark.slow  # every local runner mode, multi-process
+
 RUNNERS = {
     "in_memory": ["--direct_running_mode=in_memory"],
     "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],

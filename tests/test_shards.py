@@ -57,18 +57,24 @@ def test_every_kept_doc_in_exactly_one_shard_and_round_trips(prepared):
 def test_shards_are_uncompressed_ipc_files_read_zero_copy(prepared):
     out, _, manifest = prepared
     paths = [str(out / s["file"]) for info in manifest["splits"].values() for s in info["shards"]]
+    dtype = token_dtype(manifest["tokenizer"]["vocab_size"])
     before = pa.total_allocated_bytes()
     total = 0
     for path in paths:
         with pa.memory_map(path) as src:
+            mapped = src.read_buffer()  # the whole file: a view of the mapping, no copy
+            src.seek(0)
             reader = pa.ipc.open_file(src)
             assert reader.schema.metadata[b"tokenmill.tokenizer_sha256"].decode() == manifest["tokenizer"]["sha256"]
             for i in range(reader.num_record_batches):
-                values = reader.get_batch(i).column("tokens").values
-                total += int(np.asarray(values.to_numpy(zero_copy_only=True), dtype=np.int64).sum() >= 0)
-                total += len(values)
+                tokens = reader.get_batch(i).column("tokens").values.to_numpy(zero_copy_only=True)
+                # The tokens are the file's bytes where the file is mapped: nothing was copied.
+                assert mapped.address <= tokens.ctypes.data
+                assert tokens.ctypes.data + tokens.nbytes <= mapped.address + mapped.size
+                assert tokens.dtype == dtype and len(tokens) and int(tokens.max()) < manifest["tokenizer"]["vocab_size"]
+                total += len(tokens)
     assert pa.total_allocated_bytes() == before
-    assert total > 0
+    assert total == sum(info["tokens"] for info in manifest["splits"].values())
 
 
 def test_same_input_same_bytes(prepared, tmp_path):

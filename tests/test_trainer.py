@@ -18,6 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # torchrun and multi-process training runs
+
 from tokenmill.cli import main  # noqa: E402
 
 TOKENMILL = str(Path(sys.executable).parent / "tokenmill")

@@ -55,6 +55,7 @@ def count_syncs(monkeypatch) -> dict:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.slow
 def test_no_host_sync_between_log_steps(output, tmp_path, monkeypatch, precision):
     """Steps between log steps read nothing back from the device: 6 and 18 steps logged once
     cost the same syncs; each extra log step costs exactly one (PendingSteps.flush)."""

@@ -9,6 +9,8 @@ import pytest
 
 from tokenmill.pipelines import warm
 
+pytestmark = pytest.mark.slow  # multi_processing workers started and ended
+
 MULTI = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 

@@ -72,7 +72,7 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     from tokenmill.config import load_config
-    from tokenmill.terminal import console, markup
+    from tokenmill.terminal import console
 
     cfg = load_config(args.config, args.set)
     if args.input:
@@ -95,12 +95,9 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     else:
         # refused before "submitting" is said (prepare.run checks it again for every caller)
         launch.check_paths_reach_workers(options, runner, {"--input": cfg.inputs, "--output": [cfg.output]})
-        _announce_remote(options)
+        launch.announce_remote(options)
     report_path = prepare.run(cfg, beam_args, display)
-    if cfg.report.enabled:
-        _print_report(report_path, console())
-    else:
-        console().print(f"cleaned docs: {markup(cfg.output)}/docs/ (report disabled)")
+    _print_report(report_path if cfg.report.enabled else None, console(), cfg.output)
     return 0
 
 
@@ -124,14 +121,17 @@ def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
         from tokenmill.pipelines import refilter
 
         report_path = refilter.run(args.out, args.output, args.config, args.set, beam_args)
-    _print_report(report_path, console())
+    _print_report(report_path, console(), args.output)
     return 0
 
 
-def _print_report(report_path: str, console) -> None:
-    from tokenmill.terminal import markup
+def _print_report(report_path: str | None, console, output: str = "") -> None:
+    from tokenmill.terminal import markup  # with the report off (report_path None): where the docs are
     from tokenmill.transforms.report import print_summary
 
+    if report_path is None:
+        console.print(f"cleaned docs: {markup(output)}/docs/ (report disabled)")
+        return
     print_summary(_load_report(report_path), console)
     out = markup(report_path.rsplit("/report/", 1)[0])
     console.print(f"cleaned docs: {out}/docs/   shards: {out}/manifest.json\n"
@@ -145,38 +145,17 @@ def cmd_report(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace, _: list[str]) -> int:
+    from tokenmill.config_doc import default_yaml
+
+    print(default_yaml(args.train), end="")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.pipelines.inspect import inspect_output
 
     return inspect_output(args.out.rstrip("/"), args.docs)
-
-
-def _announce_remote(options) -> None:
-    """A remote runner's job is watched where it runs: say so, and let the runner's own lines
-    with the job id and console URL through (tokenmill otherwise silences Beam's logging)."""
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    from tokenmill.terminal import SafeFormatter, safe
-
-    runner = str(options.view_as(StandardOptions).runner)
-    opts = options.get_all_options(retain_unknown_options=True)
-    # Beam's Flink and Spark job servers print no console URL: the engines' own web UIs
-    where = {"FlinkRunner": f"watch it at http://{opts.get('flink_master')}/#/job/running; its state follows",
-             "SparkRunner": f"watch it on {opts.get('spark_master_url')}'s web UI (port 8080 by default); "
-                            "its state follows"
-             if str(opts.get("spark_master_url", "")).startswith("spark://") else None}.get(runner)
-    print(safe(f"tokenmill prepare: submitting to {runner}; {where or 'the job id and where to watch it follow'}"),
-          file=sys.stderr)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter("%(message)s"))
-    handler.set_name("tokenmill-remote")
-    # ... but not its advice to run the pipeline in a `with` block, which prepare does
-    handler.addFilter(lambda r: not str(r.msg).startswith('Environment "'))
-    for name in ("apache_beam.runners.dataflow", "apache_beam.runners.portability.portable_runner"):
-        logger = logging.getLogger(name)
-        logger.setLevel(logging.INFO)
-        logger.handlers = [h for h in logger.handlers if h.get_name() != "tokenmill-remote"] + [handler]
-        logger.propagate = False
 
 
 def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
@@ -354,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="section.key=value")
     p.set_defaults(func=cmd_refilter)
 
+    p = sub.add_parser("config", help="print the default job config as YAML, every key under its help (`> job.yaml`)")
+    p.add_argument("--train", action="store_true", help="the trainer's config (tokenmill train --config) instead")
+    p.set_defaults(func=cmd_config)
+
     p = sub.add_parser("report", help="print the summary of a prepared output and the path of its report")
     p.add_argument("out", metavar="OUT")
     p.set_defaults(func=cmd_report)
@@ -418,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
                        allow_abbrev=False)
     p.add_argument("run", metavar="RUN", help="a `tokenmill train` run folder")
     p.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-    p.add_argument("--max-tokens", type=_number(int, 1, 1 << 20), default=100)
+    p.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=_number(int, 1, 1 << 20), default=100,
+                   help="tokens to generate at most (default 100; --max-new-tokens as in transformers)")
     p.add_argument("--temperature", type=_number(float, 0.0, 1e6), default=0.8, help="0: greedy")
     p.add_argument("--top-k", type=_number(int, 0, 2**31 - 1), default=50, help="0: the whole vocabulary")
     p.add_argument("--seed", type=_number(int, 0, _INT64), default=0)

@@ -64,7 +64,7 @@ def _run(kind: str, arg: str | None, data: bytes | None, what: str, shown: str) 
                         f"loading ({name}): not a valid {'fastText model' if kind == 'fasttext' else 'tokenizer.json'}")
     if r.returncode != 0:
         lines = [ln for ln in r.stdout.decode("utf-8", "replace").splitlines() if ln.strip()]
-        raise UserError(f"{said} is not a valid {'fastText model' if kind == 'fasttext' else 'tokenizer.json'} "
+        raise UserError(f"{said} is not a {'fastText model' if kind == 'fasttext' else 'Hugging Face tokenizer.json'} "
                         f"({lines[-1] if lines else f'exit {r.returncode}'})")
 
 

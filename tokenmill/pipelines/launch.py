@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
 import re
 import signal
@@ -299,3 +300,29 @@ def sigint_ignored():
         yield
     finally:
         signal.signal(signal.SIGINT, old_handler)
+
+
+def announce_remote(options: PipelineOptions) -> None:
+    """A remote runner's job is watched where it runs: say so, and let the runner's own lines
+    with the job id and console URL through (tokenmill otherwise silences Beam's logging)."""
+    from tokenmill.terminal import SafeFormatter, safe  # `tokenmill prepare` on a remote runner
+
+    runner = str(options.view_as(StandardOptions).runner)
+    opts = options.get_all_options(retain_unknown_options=True)
+    # Beam's Flink and Spark job servers print no console URL: the engines' own web UIs
+    where = {"FlinkRunner": f"watch it at http://{opts.get('flink_master')}/#/job/running; its state follows",
+             "SparkRunner": f"watch it on {opts.get('spark_master_url')}'s web UI (port 8080 by default); "
+                            "its state follows"
+             if str(opts.get("spark_master_url", "")).startswith("spark://") else None}.get(runner)
+    print(safe(f"tokenmill prepare: submitting to {runner}; {where or 'the job id and where to watch it follow'}"),
+          file=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(message)s"))
+    handler.set_name("tokenmill-remote")
+    # ... but not its advice to run the pipeline in a `with` block, which prepare does
+    handler.addFilter(lambda r: not str(r.msg).startswith('Environment "'))
+    for name in ("apache_beam.runners.dataflow", "apache_beam.runners.portability.portable_runner"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.handlers = [h for h in logger.handlers if h.get_name() != "tokenmill-remote"] + [handler]
+        logger.propagate = False

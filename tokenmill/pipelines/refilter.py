@@ -167,7 +167,8 @@ def graph(src: str, reuse_minhash: bool):
     return build
 
 
-def run(src: str, output: str, config: str | None, sets: list[str], beam_args: list[str]) -> str:
+def run(src: str, output: str, config: str | None, sets: list[str], beam_args: list[str]) -> str | None:
+    """Refilter ``src`` into ``output``; returns report.json's path, None when the report is off."""
     if not FileSystems.exists(FileSystems.join(src, "docs")):
         raise UserError(f"{src}: not a prepared output (no docs folder)")
     cfg, original = settings(src, output, config, sets)
@@ -176,4 +177,5 @@ def run(src: str, output: str, config: str | None, sets: list[str], beam_args: l
     reuse = all(cfg.dedup.model_dump()[k] == original["dedup"][k] for k in _MINHASH_KEYS)
     scan = input_scan(src)
     cfg.inputs = original["inputs"]
-    return prepare.run(cfg, beam_args, None, graph(src, reuse), scan)
+    report_path = prepare.run(cfg, beam_args, None, graph(src, reuse), scan)
+    return report_path if cfg.report.enabled else None

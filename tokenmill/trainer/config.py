@@ -37,15 +37,17 @@ DEFAULT_LR = 3e-4  # a shape given dimension by dimension
 
 
 class ModelConfig(_Section):
-    # A preset gives every dimension; any dimension set explicitly overrides the preset's.
-    preset: Literal["tiny", "125m", "350m", "1b"] | None = "tiny"
-    n_layers: int | None = Field(default=None, ge=1, le=1024)
-    d_model: int | None = Field(default=None, ge=8)
-    n_heads: int | None = Field(default=None, ge=1)
-    n_kv_heads: int | None = Field(default=None, ge=1)  # < n_heads: grouped-query attention
-    ffn_hidden: int | None = Field(default=None, ge=1)  # SwiGLU hidden size; None: 8/3 d rounded up to 256
-    rope_theta: float = Field(default=10_000.0, gt=0)
-    norm_eps: float = Field(default=1e-5, gt=0)
+    preset: Literal["tiny", "125m", "350m", "1b"] | None = Field(default="tiny", description=(
+        "A preset gives every dimension; any dimension set explicitly overrides the preset's."))
+    n_layers: int | None = Field(default=None, ge=1, le=1024, description="Transformer blocks; null: the preset's.")
+    d_model: int | None = Field(default=None, ge=8, description="Model width; null: the preset's.")
+    n_heads: int | None = Field(default=None, ge=1, description="Attention heads; null: the preset's.")
+    n_kv_heads: int | None = Field(default=None, ge=1, description=(
+        "Key/value heads (< n_heads: grouped-query attention); null: the preset's, else n_heads."))
+    ffn_hidden: int | None = Field(default=None, ge=1, description=(
+        "SwiGLU hidden size; null: the preset's, else 8/3 d_model rounded up to 256."))
+    rope_theta: float = Field(default=10_000.0, gt=0, description="RoPE base.")
+    norm_eps: float = Field(default=1e-5, gt=0, description="RMSNorm epsilon.")
 
     def dims(self) -> dict[str, int]:
         """The resolved shape: preset values overridden by explicit ones; one clear error when incomplete."""
@@ -71,18 +73,18 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    # Prepared outputs (`tokenmill prepare --output ...`); `--data` on the command line replaces this.
-    paths: list[str] = []
-    # Mixture weights, one per path (normalised); empty: equal weights.
-    weights: list[float] = []
-    seq_len: int = Field(default=1024, ge=2, le=1 << 20)
-    # Per-document attention (block-diagonal causal mask) and RoPE positions reset at each
-    # document start. Off: documents attend across EOS, as in GPT-2/Llama pretraining.
-    doc_mask: bool = False
-    num_workers: int = Field(default=2, ge=0, le=64)
-    prefetch_factor: int = Field(default=4, ge=1, le=64)  # micro-batches each worker holds ready
-    # sha256 of every shard against the manifest before training (false: sizes only).
-    verify_checksums: bool = True
+    paths: list[str] = Field(default=[], description=(
+        "Prepared outputs (`tokenmill prepare --output ...`); `--data` on the command line replaces this."))
+    weights: list[float] = Field(default=[], description=(
+        "Mixture weights, one per path (normalised); empty: equal weights."))
+    seq_len: int = Field(default=1024, ge=2, le=1 << 20, description="Tokens per training sequence.")
+    doc_mask: bool = Field(default=False, description=(
+        "Per-document attention (block-diagonal causal mask) and RoPE positions reset at each document start. "
+        "false: documents attend across EOS, as in GPT-2/Llama pretraining."))
+    num_workers: int = Field(default=2, ge=0, le=64, description="DataLoader worker processes per rank.")
+    prefetch_factor: int = Field(default=4, ge=1, le=64, description="Micro-batches each worker holds ready.")
+    verify_checksums: bool = Field(default=True, description=(
+        "sha256 of every shard against the manifest before training (false: sizes only)."))
 
     @model_validator(mode="after")
     def _weights(self):
@@ -92,100 +94,101 @@ class DataConfig(_Section):
 
 
 class TrainConfig(_Section):
-    steps: int = Field(default=1000, ge=1)
-    micro_batch: int = Field(default=8, ge=1)  # sequences per rank per micro-step
-    grad_accum: int = Field(default=1, ge=1)
-    # Skip the gradient reduce-scatter on non-final micro-steps: less communication, but
-    # every rank then holds unsharded fp32 gradients until the last micro-step.
-    skip_sync: bool = False
-    grad_clip: float = Field(default=1.0, gt=0)
-    # Non-finite loss or grad norm: the step is skipped; this many in a row stops the run.
-    max_bad_steps: int = Field(default=20, ge=1)
-    log_every: int = Field(default=10, ge=1)  # console progress line (metrics.jsonl gets every step)
-    # A step whose loss exceeds spike_factor x the median of the previous spike_window steps is
-    # logged to RUN/spikes.jsonl with its documents (`tokenmill spikes`); 0: off.
-    spike_factor: float = Field(default=1.5, ge=0)
-    spike_window: int = Field(default=50, ge=2)
+    steps: int = Field(default=1000, ge=1, description="Optimizer steps.")
+    micro_batch: int = Field(default=8, ge=1, description="Sequences per rank per micro-step.")
+    grad_accum: int = Field(default=1, ge=1, description="Micro-steps per optimizer step.")
+    skip_sync: bool = Field(default=False, description=(
+        "Skip the gradient reduce-scatter on non-final micro-steps: less communication, but every rank then "
+        "holds unsharded fp32 gradients until the last micro-step."))
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient norm clipping.")
+    max_bad_steps: int = Field(default=20, ge=1, description=(
+        "Non-finite loss or grad norm: the step is skipped; this many in a row stops the run."))
+    log_every: int = Field(default=10, ge=1, description=(
+        "Steps between console progress lines (metrics.jsonl gets every step)."))
+    spike_factor: float = Field(default=1.5, ge=0, description=(
+        "A step whose loss exceeds spike_factor x the median of the previous spike_window steps is logged to "
+        "RUN/spikes.jsonl with its documents (`tokenmill spikes`); 0: off."))
+    spike_window: int = Field(default=50, ge=2, description="See spike_factor.")
 
 
 class OptimConfig(_Section):
-    lr: float | None = Field(default=None, gt=0)  # None: the preset's (PRESET_LR)
-    # None: warmup_frac of train.steps.
-    warmup_steps: int | None = Field(default=None, ge=0)
-    warmup_frac: float = Field(default=0.05, ge=0, le=1)
-    # Warmup rises linearly from lr*warmup_start_frac to lr; cosine then decays to lr*final_frac.
-    warmup_start_frac: float = Field(default=0.1, ge=0, le=1)
-    final_frac: float = Field(default=0.01, ge=0, le=1)
-    weight_decay: float = Field(default=0.1, ge=0)  # never on norms and biases
-    beta1: float = Field(default=0.9, ge=0, lt=1)
-    beta2: float = Field(default=0.95, ge=0, lt=1)
-    eps: float = Field(default=1e-8, gt=0)
+    lr: float | None = Field(default=None, gt=0, description=(
+        "Peak learning rate (AdamW); null: the preset's ("
+        + ", ".join(f"{k} {v:g}" for k, v in PRESET_LR.items()) + f"; {DEFAULT_LR:g} without a preset)."))
+    warmup_steps: int | None = Field(default=None, ge=0, description="null: warmup_frac of train.steps.")
+    warmup_frac: float = Field(default=0.05, ge=0, le=1, description="See warmup_steps.")
+    warmup_start_frac: float = Field(default=0.1, ge=0, le=1, description=(
+        "Warmup rises linearly from lr x warmup_start_frac to lr; cosine then decays to lr x final_frac."))
+    final_frac: float = Field(default=0.01, ge=0, le=1, description="See warmup_start_frac.")
+    weight_decay: float = Field(default=0.1, ge=0, description="Never on norms and biases.")
+    beta1: float = Field(default=0.9, ge=0, lt=1, description="AdamW beta1.")
+    beta2: float = Field(default=0.95, ge=0, lt=1, description="AdamW beta2.")
+    eps: float = Field(default=1e-8, gt=0, description="AdamW epsilon.")
 
 
 class ParallelConfig(_Section):
-    # Activation checkpointing on every N-th block (1: every block, 2: every other, 0: off).
-    activation_checkpointing: int = Field(default=0, ge=0)
-    cpu_offload: bool = False  # FSDP CPUOffloadPolicy: sharded params, grads and optimizer on CPU
-    compile: bool = False  # torch.compile each block
-    reshard_after_forward: bool = True  # False: more memory, no all-gather in backward
-    # A single CPU process runs unsharded (nothing to shard over); true: through FSDP anyway.
-    shard_single_rank: bool = False
-    # Process-group timeouts. Start-up covers each rank's share of the shard checksums; a
-    # training collective that waits longer than train_timeout_s (a rank died or hangs) ends
-    # the run with one line instead of hanging.
-    init_timeout_s: float = Field(default=1800.0, gt=0)
-    train_timeout_s: float = Field(default=600.0, gt=0)
-    # Python's garbage collector runs every N steps on every rank at once (0: Python decides):
-    # a collection at a random moment on one rank stalls all the others at the next collective.
-    gc_every: int = Field(default=50, ge=0)
+    activation_checkpointing: int = Field(default=0, ge=0, description=(
+        "Activation checkpointing on every N-th block (1: every block, 2: every other, 0: off)."))
+    cpu_offload: bool = Field(default=False, description=(
+        "FSDP CPUOffloadPolicy: sharded params, grads and optimizer on CPU."))
+    compile: bool = Field(default=False, description="torch.compile each block.")
+    reshard_after_forward: bool = Field(default=True, description="false: more memory, no all-gather in backward.")
+    shard_single_rank: bool = Field(default=False, description=(
+        "A single CPU process runs unsharded (nothing to shard over); true: through FSDP anyway."))
+    init_timeout_s: float = Field(default=1800.0, gt=0, description=(
+        "Process-group timeout at start-up (it covers each rank's share of the shard checksums)."))
+    train_timeout_s: float = Field(default=600.0, gt=0, description=(
+        "A training collective that waits longer (a rank died or hangs) ends the run with one line."))
+    gc_every: int = Field(default=50, ge=0, description=(
+        "Python's garbage collector runs every N steps on every rank at once (0: Python decides): a collection "
+        "at a random moment on one rank stalls all the others at the next collective."))
 
 
 class CheckpointConfig(_Section):
     model_config = ConfigDict(**STRICT, populate_by_name=True)
 
-    every: int = Field(default=1000, ge=0)  # steps; 0: off
-    every_minutes: float = Field(default=60.0, ge=0)  # wall clock; 0: off
-    keep: int = Field(default=3, ge=1)  # newest step-N checkpoints kept (best/ is extra)
-    best: bool = True  # keep best/ on validation loss
-    # dcp.async_save: the state is staged to host memory (the step waits for that copy only)
-    # and written in a background thread while training goes on. Costs one host copy of the
-    # rank's shard of the weights and optimizer state.
-    async_save: bool = Field(default=False, validation_alias=AliasChoices("async", "async_save"))
-    # The save at the last step: full (weights + optimizer: a rerun with more train.steps goes
-    # on from it), model (weights only, in final/: for 1b with AdamW a third of the size), none.
-    final: Literal["full", "model", "none"] = "full"
+    every: int = Field(default=1000, ge=0, description="A checkpoint every this many steps; 0: off.")
+    every_minutes: float = Field(default=60.0, ge=0, description="... and every this many minutes; 0: off.")
+    keep: int = Field(default=3, ge=1, description="Newest step-N checkpoints kept (best/ is extra).")
+    best: bool = Field(default=True, description="Keep best/ on validation loss.")
+    async_save: bool = Field(default=False, validation_alias=AliasChoices("async", "async_save"), description=(
+        "dcp.async_save: the state is staged to host memory (the step waits for that copy only) and written in "
+        "a background thread while training goes on. Costs one host copy of the rank's shard of the weights "
+        "and optimizer state."))
+    final: Literal["full", "model", "none"] = Field(default="full", description=(
+        "The save at the last step: full (weights + optimizer: a rerun with more train.steps goes on from it), "
+        "model (weights only, in final/: for 1b with AdamW a third of the size), none."))
 
 
 class EvalConfig(_Section):
-    every: int = Field(default=500, ge=0)  # steps; 0: only at the end
-    samples: int = Field(default=256, ge=1)  # validation windows (the first ones of the val split)
+    every: int = Field(default=500, ge=0, description="Validation every this many steps; 0: only at the end.")
+    samples: int = Field(default=256, ge=1, description="Validation windows (the first ones of the val split).")
 
 
 class MetricsConfig(_Section):
-    tensorboard: bool = True  # RUN/tb/ when tensorboard is installed
-    # Peak FLOP/s of one device for MFU; None: looked up from the GPU name (no MFU on CPU).
-    peak_flops: float | None = Field(default=None, gt=0)
+    tensorboard: bool = Field(default=True, description="RUN/tb/ when tensorboard is installed.")
+    peak_flops: float | None = Field(default=None, gt=0, description=(
+        "Peak FLOP/s of one device for MFU; null: looked up from the GPU name (no MFU on CPU)."))
 
 
 class ExportConfig(_Section):
-    enabled: bool = True  # RUN/hf/ at the end of training
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    enabled: bool = Field(default=True, description="A Hugging Face model in RUN/hf/ at the end of training.")
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Its weights' dtype.")
 
 
 class TrainJobConfig(Strict):
-
-    seed: int = Field(default=0, ge=0, lt=2**63)
-    # auto: bf16 on a GPU that has it, else fp32.
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    model: ModelConfig = ModelConfig()
-    data: DataConfig = DataConfig()
-    train: TrainConfig = TrainConfig()
-    optim: OptimConfig = OptimConfig()
-    parallel: ParallelConfig = ParallelConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig()
-    eval: EvalConfig = EvalConfig()
-    metrics: MetricsConfig = MetricsConfig()
-    export: ExportConfig = ExportConfig()
+    seed: int = Field(default=0, ge=0, lt=2**63, description="Seed of the initial weights and of the data order.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(default="auto", description=(
+        "auto: bf16 on a GPU that has it, else fp32."))
+    model: ModelConfig = Field(default=ModelConfig(), description="The Llama-style model.")
+    data: DataConfig = Field(default=DataConfig(), description="What it reads (`tokenmill prepare` outputs).")
+    train: TrainConfig = Field(default=TrainConfig(), description="The training loop.")
+    optim: OptimConfig = Field(default=OptimConfig(), description="AdamW and the learning-rate schedule.")
+    parallel: ParallelConfig = Field(default=ParallelConfig(), description="FSDP2 and process groups.")
+    checkpoint: CheckpointConfig = Field(default=CheckpointConfig(), description="Checkpoints in RUN/.")
+    eval: EvalConfig = Field(default=EvalConfig(), description="Validation loss.")
+    metrics: MetricsConfig = Field(default=MetricsConfig(), description="RUN/metrics.jsonl and TensorBoard.")
+    export: ExportConfig = Field(default=ExportConfig(), description="The Hugging Face export.")
 
     def lr(self) -> float:
         if self.optim.lr is not None:

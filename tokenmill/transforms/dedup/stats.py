@@ -49,9 +49,11 @@ class _ClusterFn(beam.CombineFn):
         return acc
 
 
-def _cluster_summary(kv):
-    cid, (n, ex, nr, ids) = kv
-    return (cid, n, ex, nr, ids)
+def _cluster_summary(kv, mode: str):
+    """(survivor id, size, exact, near, member ids) of a cluster, keyed by its label (the
+    survivor's node key) or, in verdicts without one, by the survivor's id."""
+    label, (n, ex, nr, ids) = kv
+    return (node_id(label, mode) if isinstance(label, bytes) else label, n, ex, nr, ids)
 
 
 class _StatsFn(beam.CombineFn):
@@ -64,7 +66,7 @@ class _StatsFn(beam.CombineFn):
         return {"clusters": 0, "members": 0, "exact": 0, "near": 0, "hist": {}, "top": []}
 
     def _trim(self, top):
-        top.sort(key=lambda c: (-c[1], c[0]))
+        top.sort(key=lambda c: (-c[1], c[0], c[4]))  # two clusters' survivors may share an id
         del top[self._k :]
 
     def add_input(self, acc, c):
@@ -122,12 +124,14 @@ def cluster_stats(verdicts, cfg: DedupConfig | None = None, *, label: str = "Ded
     mode = cfg.survivor
 
     def member(v: Verdict):
-        return v.cluster, (node_id(v.key, mode), v.reason)
+        # By the cluster's label where the verdict has it: ids are not unique across inputs, and
+        # two clusters whose survivors share an id are two clusters.
+        return v.label or v.cluster, (node_id(v.key, mode), v.reason)
 
     return (
         verdicts
         | f"{label}Key" >> beam.Map(member)
         | f"{label}PerCluster" >> beam.CombinePerKey(_ClusterFn(cfg.stats_member_ids))
-        | f"{label}Summary" >> beam.Map(_cluster_summary)
+        | f"{label}Summary" >> beam.Map(_cluster_summary, mode)
         | f"{label}Global" >> CombineOnce(_StatsFn(cfg.stats_top_clusters))
     )

@@ -147,12 +147,13 @@ def exact_verdicts(items: Iterable[tuple[bytes, tuple[int, bytes]]], mode: str) 
 
 def sized(verdicts: Iterable[Verdict]) -> Iterator[Verdict]:
     """The verdicts again, each with its cluster's size (``verdicts`` is read twice: first the
-    count per cluster label). The label's job is then done: it is dropped."""
+    count per cluster label). The label stays: the cluster statistics tell apart two clusters
+    whose survivors share an id by it."""
     sizes: dict[bytes, int] = {}
     for v in verdicts:
         sizes[v.label] = sizes.get(v.label, 0) + 1
     for v in verdicts:
-        yield v._replace(size=sizes[v.label], label=b"")
+        yield v._replace(size=sizes[v.label])
 
 
 # The survivor or near-duplicate verdict of a key goes to its first record, exact ones after.

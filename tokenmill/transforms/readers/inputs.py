@@ -3,6 +3,7 @@ so a file is read once, and what is found but not read counted. A file's name te
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import posixpath
@@ -68,13 +69,14 @@ class InputScan:
     # not_regular_file, no_reader, unreadable, output_folder (see _SKIPS); duplicate: a file
     # reached again under another spelling or link (read once); duplicate_folder: a folder
     # reached again through a symlink (walked once); symlink_loop: a symlinked folder that
-    # holds the link itself (not walked).
+    # holds the link itself (not walked), or a link that never reaches a file (ELOOP).
     skipped: dict[str, int] = field(default_factory=dict)
 
 
 # The error for a file the user named that is not read, by reason.
 _SKIPS = {
     "broken_link": "a broken symbolic link",
+    "symlink_loop": "a loop of symbolic links (it never reaches a file)",
     "not_regular_file": "not a regular file (a FIFO, device or socket: never opened, a FIFO would hang)",
     "no_reader": "no reader for this file type (WARC/WET/ARC, JSONL, Parquet, HTML, txt)",
     "unreadable": "cannot be read (permission denied)",
@@ -211,7 +213,7 @@ def _walk(root: str, depth: int | None, excluded: list[str], skipped: Counter[st
         seen.add(real)
         try:
             with os.scandir(folder) as it:
-                entries = sorted((e.name, e.is_dir(), e.is_symlink()) for e in it)  # is_dir follows links
+                entries = sorted((e.name, _is_dir(e), e.is_symlink()) for e in it)
         except OSError:
             skipped["unreadable"] += 1
             continue
@@ -223,11 +225,22 @@ def _walk(root: str, depth: int | None, excluded: list[str], skipped: Counter[st
                 (links if is_link else todo).append((prefix + name, d + 1, real))
 
 
+def _is_dir(entry: os.DirEntry) -> bool:
+    """Whether an entry is a folder, links followed. One that cannot be resolved (a loop of
+    links: ELOOP) is not: as a file it is then counted, not the whole folder unreadable."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 def _local_file(path: str, excluded: list[str]) -> tuple[str, int, str | None]:
     """(real path, size, why it is skipped or None) for a local path that is not a folder."""
     try:
         st = os.stat(path)
-    except OSError:
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return path, 0, "symlink_loop"
         return path, 0, "broken_link" if os.path.islink(path) else "unreadable"
     real = os.path.realpath(path)
     if _under(real, excluded):
