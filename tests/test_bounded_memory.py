@@ -1,4 +1,4 @@
-"""No document text or token list crosses a shuffle or waits for a side input (design.md,
+"""No document text or token list crosses a shuffle or waits for a side input (docs/design.md,
 "Bounded memory by construction"), checked where it would show: Beam's in-memory runner keeps
 every PCollection that crosses a GroupByKey, a Flatten between stages or a side-input wait.
 
