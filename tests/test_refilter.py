@@ -97,3 +97,43 @@ def test_refilter_with_the_report_off_publishes_and_succeeds(tagged, tmp_path, c
     captured = capsys.readouterr()
     assert captured.err == "" and "report disabled" in captured.out
     assert (out / "manifest.json").exists() and not (out / "report" / "report.json").exists()
+
+
+_EN = ("The harbour town wakes early. Fishing boats return before dawn, and the market opens as soon as "
+       "the first crates are carried up the slipway. Visitors who arrive by the morning train can walk "
+       "along the old sea wall, watch the gulls argue over scraps and buy bread from the bakery that has "
+       "stood on the corner of the square for more than a century. In the afternoon the tide goes out, "
+       "the sand flats shine in the low light, and families dig for cockles while the cafes fill up. ")
+_DE = ("Der Wanderweg beginnt am Bahnhof und führt durch einen dichten Wald hinauf zu einer alten Burg. "
+       "Unterwegs kommt man an mehreren Bauernhöfen vorbei, auf denen im Sommer frische Milch und Käse "
+       "verkauft werden. Oben angekommen hat man bei klarem Wetter einen weiten Blick über das ganze Tal "
+       "bis zu den Bergen im Süden. Für die Strecke sollte man etwa vier Stunden einplanen und genug "
+       "Wasser mitnehmen, denn eine Hütte gibt es erst kurz vor dem Gipfel. ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_pii", [True, False], ids=["pii", "no_pii"])
+def test_a_looser_language_setting_refilters_as_prepare_does_or_is_refused(tmp_path, capsys, with_pii):
+    """A document the language setting dropped got no quality signals, and PII redaction changed
+    its stored text since: prepare with a looser setting computes its signals on the text before
+    redaction, which refilter no longer has. Refilter writes prepare's output, or refuses in one
+    line; it refuses only where the text was changed (without PII found, the stored text is it)."""
+    contact = " Fragen zur Tour beantwortet Hans Becker unter hans.becker@example.de gerne." if with_pii else ""
+    rows = [{"id": f"en-{i}", "text": f"{_EN}This is story number {i} of the harbour."} for i in range(3)]
+    rows += [{"id": f"de-{i}", "text": f"{_DE}Das ist die Etappe {i}.{contact}"} for i in range(2)]
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    small = ["tokenize.vocab_size=300", "dedup.enabled=false"]
+    rc, stored, _ = run_prepare(tmp_path / "en", [data], ["language.keep=[en]", *small])
+    assert rc == 0 and sum(r["dropped_by"] == "language:not_in_keep" for r in stored) == 2
+    assert any(r["pii"] and r["pii"]["email"] for r in stored) == with_pii
+    capsys.readouterr()
+    rc = main(["refilter", str(tmp_path / "en"), "--output", str(tmp_path / "refiltered"),
+               "--set", "language.keep=[en, de]"])
+    if rc != 0:
+        err = capsys.readouterr().err.strip().splitlines()
+        assert with_pii and rc == 2 and len(err) == 1 and "run prepare with these settings" in err[0], err
+        return
+    rc, direct, _ = run_prepare(tmp_path / "direct", [data], ["language.keep=[en, de]", *small])
+    assert rc == 0 and {r["id"] for r in direct if not r["dropped_by"]} >= {"de-0", "de-1"}
+    _same_output(tmp_path / "refiltered", tmp_path / "direct")

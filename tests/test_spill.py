@@ -67,7 +67,7 @@ def test_stash_sends_refs_per_bucket_not_a_record_per_document(tmp_path):
     from tokenmill.transforms.doc import new_doc
 
     cfg = JobConfig.model_validate({"inputs": ["x"], "output": str(tmp_path / "out")})
-    fn = StashFn(cfg, str(tmp_path / "out"), buckets=4, sample=False)
+    fn = StashFn(cfg, str(tmp_path / "out"), buckets=4)
     fn.setup()
     fn.start_bundle()
     per_doc = []

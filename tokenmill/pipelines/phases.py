@@ -20,7 +20,7 @@ from apache_beam.pvalue import TaggedOutput
 from tokenmill.config import JobConfig
 from tokenmill.format import shard_schema, split_of
 from tokenmill.memory import GiveBack
-from tokenmill.transforms import boilerplate
+from tokenmill.transforms import boilerplate, dedup, stages, tokenize
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import (
     TMP,
@@ -32,14 +32,16 @@ from tokenmill.transforms.buckets import (
     pack,
     unpack,
 )
-from tokenmill.transforms.dedup import Recorder, Verdict, VerdictBook, node_id, rehydrated
+from tokenmill.transforms.dedup import Verdict, VerdictBook, node_id, rehydrated
 from tokenmill.transforms.progress import reporter
 from tokenmill.transforms.shards import ShardFile
 from tokenmill.transforms.spill import Spiller, Unspilled, emit_refs
 from tokenmill.transforms.stage import count
-from tokenmill.transforms.tokenize import Encoder, SampleItem, sample_key
+from tokenmill.transforms.tokenize import Encoder
 
-NODES, SAMPLE, SHARDS, LINES = "nodes", "sample", "shards", "lines"
+# The later stages' outputs from StashFn (their Stash tags), and the finish phase's shard entries.
+NODES, LINES, SAMPLE = dedup.NODES, boilerplate.LINES, tokenize.SAMPLE
+SHARDS = "shards"
 KEPT, DUPLICATES, FILTERED = "kept", "duplicates", "filtered"  # the docs Parquet files
 
 
@@ -55,17 +57,19 @@ def spill_folder(out: str) -> str:
 class StashFn(beam.DoFn):
     """Clean phase, last step. Every document is written to a candidate file and becomes
     small records: its locator, spilled by bucket (main: (bucket, SpillRef) per bucket when the
-    bundle ends), and, for a live one, its dedup node ('nodes') and, when a tokenizer is to be
-    trained, a sample text ('sample'). Dropped documents wait too, so that every docs Parquet
-    file is written by its bucket, sorted by id: the same bytes on every runner."""
+    bundle ends), and, for a live one, what each later stage the config turns on takes from it
+    (its ``Stash``, on its own tagged output: dedup's node on 'nodes', boilerplate's line keys on
+    'lines', tokenize's sample item on 'sample'). Dropped documents wait too, so that every docs
+    Parquet file is written by its bucket, sorted by id: the same bytes on every runner."""
 
-    def __init__(self, cfg: JobConfig, out: str, buckets: int, sample: bool, progress: str | None = None):
-        self._cfg, self._folder, self._buckets, self._sample = cfg, candidates_folder(out), buckets, sample
+    def __init__(self, cfg: JobConfig, out: str, buckets: int, progress: str | None = None):
+        self._cfg, self._folder, self._buckets = cfg, candidates_folder(out), buckets
         self._spill_folder = spill_folder(out)
         self._progress_folder = progress
 
     def setup(self):
-        self._recorder = Recorder(self._cfg.dedup) if self._cfg.dedup.enabled else None
+        self._stashes = [stash for spec, section in stages.enabled(self._cfg, "later")
+                         if spec.stash is not None and (stash := spec.stash(section, self._cfg)) is not None]
 
     def start_bundle(self):
         self._writer = CandidateWriter(self._folder)
@@ -76,24 +80,16 @@ class StashFn(beam.DoFn):
         live = not docmod.is_dropped(doc)
         if self._progress:
             self._progress.add(passed=int(live), filtered=int(not live))
-        node = self._recorder(doc) if self._recorder and live else None
-        if node is not None:
-            yield TaggedOutput(NODES, node)
-            if self._cfg.quality.mode == "tag":  # stored for refilter, which does not compute it again
-                doc["minhash"] = node.sig
-        if self._cfg.boilerplate.enabled and live:
-            keys = boilerplate.line_keys(doc, self._cfg.boilerplate.min_chars)
-            if len(keys):
-                yield TaggedOutput(LINES, keys)
+        # Taken before the document is stored: a stage may store a column with it (dedup's MinHash).
+        taken = [(stash, stash.take(doc)) for stash in self._stashes] if live else []
         frame = pack(doc)
         file, offset = self._writer.add(frame)
-        tie = _tie(doc)
-        if self._sample and live:  # where its text waits: the sample travels as small records
-            chars = min(len(doc.get("text") or ""), self._cfg.tokenize.train_max_chars)
-            # The content hash breaks ties between records that share an id: a file name would not
-            # be the same from one run to the next.
-            yield TaggedOutput(SAMPLE, SampleItem((*sample_key(doc), tie), chars, (file, offset, len(frame))))
-        loc = Locator(doc.get("id") or "", tie, node.key if node else None, file, offset, len(frame))
+        key = next((k for stash, t in taken if (k := stash.key(t)) is not None), None)
+        loc = Locator(doc.get("id") or "", _tie(doc), key, file, offset, len(frame))
+        for stash, t in taken:
+            record = stash.place(t, doc, loc)
+            if record is not None:
+                yield TaggedOutput(stash.tag, record)
         self._locators.add(bucket_of(doc.get("id"), self._buckets), loc)
 
     def finish_bundle(self):

@@ -24,7 +24,7 @@ from tokenmill.pipelines.export import export as export_format
 from tokenmill.pipelines.export import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
-from tokenmill.transforms import shards, tokenize
+from tokenmill.transforms import shards, stages, tokenize
 from tokenmill.transforms.boilerplate import SketchFn
 from tokenmill.transforms.buckets import TMP, bucket_count
 from tokenmill.transforms.dedup import Dedup, cluster_stats
@@ -33,7 +33,6 @@ from tokenmill.transforms.readers.stage import ReadFn
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.spill import SpillFn
 from tokenmill.transforms.stage import CombineOnce
-from tokenmill.transforms.stages import enabled as stages_enabled
 
 INPUT_LIST = "inputs.jsonl"
 
@@ -50,11 +49,9 @@ def check_job(cfg: JobConfig) -> InputScan:
 
 def check_settings(cfg: JobConfig) -> None:
     """The checks of check_job that do not read the inputs (refilter has no inputs to read)."""
-    for spec, section in stages_enabled(cfg):
+    for spec, section in stages.enabled(cfg, phase=None):
         if spec.check is not None:
             spec.check(section, cfg)
-    if cfg.tokenize.enabled and cfg.tokenize.tokenizer:
-        tokenize.check_tokenizer(cfg.tokenize.tokenizer, cfg.tokenize.eos_token)
     if cfg.shards.enabled and not cfg.tokenize.enabled:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
     if cfg.shards.formats and not cfg.shards.enabled:
@@ -72,7 +69,7 @@ def check_settings(cfg: JobConfig) -> None:
 def clean_steps(cfg: JobConfig) -> list[tuple[str, Any, list[pa.Field]]]:
     """The clean phase after Read, in order: (stage, its DoFn, the docs Parquet fields it adds),
     for the stages the config turns on. ``refilter`` derives the same stage list and fields."""
-    return [(spec.name, spec.fn(section), spec.fields(section)) for spec, section in stages_enabled(cfg)]
+    return [(spec.name, spec.fn(section), spec.fields(section)) for spec, section in stages.enabled(cfg)]
 
 
 def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_to: str | None = None) -> None:
@@ -100,16 +97,16 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
                       progress_to: str | None = None) -> None:
     """From the clean documents on: stash, dedup and the tokenizer, then the finish phase, the
     manifest and the report."""
-    steps = clean_steps(cfg)
-    stages = ["read"] + [stage for stage, _, _ in steps]
-    extra_fields: list[pa.Field] = [f for _, _, fields in steps for f in fields]
+    on = stages.enabled(cfg, phase=None)
+    funnel = [stages.READ] + [spec.name for spec, _ in on if spec.funnel]
+    extra_fields: list[pa.Field] = [f for spec, section in on for f in spec.fields(section)]
     # Clean phase ends here: every document waits in a candidate file of its bucket, and only
     # small records go on (a locator, a live document's dedup node, a bounded tokenizer sample).
     # Documents never cross a shuffle or wait for a side input: local runners would hold them
     # all in memory, cluster runners ship them.
     buckets = bucket_count(scan.files, cfg.shards.target_bytes, cfg.shards.buckets)
     t = cfg.tokenize
-    stashed = docs | "Stash" >> beam.ParDo(StashFn(cfg, out, buckets, t.enabled and not t.tokenizer, progress_to)).with_outputs(
+    stashed = docs | "Stash" >> beam.ParDo(StashFn(cfg, out, buckets, progress_to)).with_outputs(
         phases.NODES, phases.SAMPLE, phases.LINES, main="located")
     by_bucket = [stashed.located]
     dedup_stats = None
@@ -121,18 +118,13 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
         by_bucket.append(verdicts | "VerdictBuckets" >> beam.ParDo(SpillFn(
             phases.spill_folder(out), functools.partial(phases.verdict_bucket, buckets=buckets,
                                                         mode=cfg.dedup.survivor))))
-        stages.append("dedup")
     side = {}
     if cfg.boilerplate.enabled:  # a fixed-size sketch of every document's lines, for the finish phase
         side["sketch"] = beam.pvalue.AsSingleton(
             stashed[phases.LINES] | "LineSketch" >> CombineOnce(SketchFn(cfg.boilerplate.sketch_bits)))
-        stages.append("boilerplate")
-        extra_fields.append(pa.field("boilerplate_chars", pa.int32()))
     if t.enabled:
         tok_json = tokenizer_json(p, stashed[phases.SAMPLE], cfg, out)
         side["tok_json"] = beam.pvalue.AsSingleton(tok_json)
-        stages.append("tokenize")
-        extra_fields.append(pa.field("n_tokens", pa.int32()))
     # Finish phase: per bucket, the docs Parquet files and the shards.
     finished = (
         by_bucket
@@ -151,7 +143,7 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
         _ = (
             finished.docs
             | "Count" >> CombineOnce(ReportFn(cfg.report.samples_per_reason))
-            | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), stages, extra,
+            | "WriteReport" >> beam.Map(write_report, FileSystems.join(out, "report"), funnel, extra,
                                         dedup=beam.pvalue.AsSingleton(dedup_stats))
         )
 

@@ -8,9 +8,18 @@ The settings are OUT's own (its report.json) with the file and ``--set`` on top,
 with those settings, because the decisions are taken on the stored values themselves (signals,
 scores and language scores are decided on as the float32 the Parquet keeps, doc.stored).
 
-What cannot be redone from OUT is refused in one line: other read, URL, extraction,
-normalisation or PII settings (the stored text is their result), another language model,
-other classifier models, and an OUT whose boilerplate lines were cut.
+Each stage's spec (transforms/stages.py) says how: a ``fixed`` stage's result is the stored text
+(read, URL, extraction, normalisation, PII: their drops stay), a ``redecide`` one decides again
+on the columns it stored (language, quality), a ``rerun`` one runs again (decontamination, and
+dedup, boilerplate, tokenize and shards as in prepare), its ``derived`` columns emptied first.
+
+What cannot be redone from OUT is refused in one line: other settings of a fixed stage, another
+language model, other classifier models, settings that change the quality signals, an OUT whose
+boilerplate lines or evaluation overlaps were cut (each stage's ``refilter_check``); and, once
+the job runs, a document that an earlier stage dropped in OUT and the new settings keep (a
+looser ``language``) when it lacks what a stage stores and a later fixed stage changed its text
+since: its quality signals, which prepare computes before PII redaction, on a document PII was
+found in. Without PII found, they are computed on the stored text, which is that text.
 """
 
 from __future__ import annotations
@@ -26,19 +35,13 @@ from tokenmill.config import JobConfig, load_validated
 from tokenmill.errors import UserError, first_line
 from tokenmill.pipelines import output as output_folder
 from tokenmill.pipelines import prepare
-from tokenmill.transforms import doc as docmod
+from tokenmill.transforms import stages
 from tokenmill.transforms.readers import InputScan
 from tokenmill.transforms.readers.inputs import InputFile
 
-# Stages whose result is the stored text, or that ran before it existed: kept as they were.
-_FIXED_STAGES = ("read", "url", "extract", "normalize")
-_FIXED_SECTIONS = ("read", "url", "extract", "normalize", "pii")
-# Columns a run derives again; cleared before the row goes through the stages.
-_DERIVED = ("dropped_by", "dup_cluster", "dup_cluster_size", "quality_flag", "decontaminated",
-            "boilerplate_chars", "n_tokens")
-_MINHASH_KEYS = ("near", "ngram", "bands", "rows", "seed")
-# Quality settings that change the signals (not only the thresholds on them).
-_SIGNAL_KEYS = ("no_space_langs", "stop_words", "fineweb_short_line_chars")
+# Read, and the stages whose result is the stored text: their drops stay, their settings too.
+FIXED = [stages.READ, *(s.name for s in stages.STAGES if s.refilter == "fixed")]
+FIXED_SECTIONS = [stages.READ, *(s.section for s in stages.STAGES if s.refilter == "fixed")]
 
 
 def original_config(src: str) -> dict[str, Any]:
@@ -63,33 +66,13 @@ def settings(src: str, output: str, config: str | None, sets: list[str]) -> tupl
     cfg = load_validated(JobConfig, config, sets, base=base)
     cfg.output = output
     new = cfg.model_dump(mode="json")
-    for section in _FIXED_SECTIONS:
+    for section in FIXED_SECTIONS:
         if new[section] != original[section]:
             raise UserError(f"refilter: {section} settings differ from {src}'s, and its stored text is their "
                             f"result: run prepare again")
-    lang_new, lang_old = new["language"], original["language"]
-    if lang_new["enabled"] != lang_old["enabled"] or (lang_new["enabled"] and (
-            lang_new["model"] != lang_old["model"] or lang_new["max_chars"] != lang_old["max_chars"])):
-        raise UserError(f"refilter: language labels come from {src} (on or off, its model, max_chars): "
-                        f"run prepare again to label them anew")
-    q_new, q_old = new["quality"], original["quality"]
-    if q_new["enabled"] and not q_old["enabled"]:
-        raise UserError(f"refilter: {src} has no quality signals (they are computed before PII redaction): "
-                        f"run prepare with quality on")
-    def signal_settings(q: dict) -> list:
-        return [[q[k] for k in _SIGNAL_KEYS]] + [
-            (lang, {k: v for k, v in o.items() if k in _SIGNAL_KEYS}) for lang, o in sorted(q["per_lang"].items())
-            if set(o) & set(_SIGNAL_KEYS)]
-
-    if signal_settings(q_new) != signal_settings(q_old):
-        raise UserError(f"refilter: {', '.join(_SIGNAL_KEYS)} change the stored signals themselves: run prepare again")
-    d_old = original["decontaminate"]
-    if d_old["enabled"] and d_old["mode"] == "cut":
-        raise UserError(f"refilter: {src}'s texts had evaluation overlaps cut; refilter a run with mode drop")
-    if new["quality"]["classifier"]["model"] not in (None, original["quality"]["classifier"]["model"]):
-        raise UserError(f"refilter: the classifier scores come from {src}: other models need a prepare")
-    if original.get("boilerplate", {}).get("enabled"):
-        raise UserError(f"refilter: {src} had its boilerplate lines cut; refilter a run without boilerplate.enabled")
+    for spec in stages.STAGES:
+        if spec.refilter_check is not None:
+            spec.refilter_check(new[spec.section], original[spec.section], src)
     return cfg, original
 
 
@@ -105,64 +88,86 @@ def input_scan(src: str) -> InputScan:
     return InputScan(files, skipped)
 
 
-def refilter_doc(row: dict[str, Any], reuse_minhash: bool) -> dict[str, Any]:
+def cleared(cfg: JobConfig, original: dict[str, Any]) -> list[str]:
+    """The columns the redone stages derive again (their ``derived``, less what the new settings
+    can reuse: dedup's stored MinHash signatures when they are computed the same way)."""
+    new = cfg.model_dump(mode="json")
+    out = []
+    for spec in stages.STAGES:
+        keep = spec.reusable(new[spec.section], original[spec.section]) if spec.reusable else ()
+        out += [k for k in spec.derived if k not in keep]
+    return out
+
+
+def refilter_doc(row: dict[str, Any], cleared: list[str]) -> dict[str, Any]:
     """The pure core of the head: a stored row, ready for the stages that are redone (its
-    derived columns cleared, the fixed stages' drops kept)."""
+    decision and the ``cleared`` columns emptied, the fixed stages' drops kept as they are)."""
     doc = dict(row)
     if isinstance(doc.get("pii"), dict):  # the struct column gives every kind back, null where none
         doc["pii"] = {k: n for k, n in doc["pii"].items() if n}
     stage = (doc.get("dropped_by") or "").split(":", 1)[0]
-    if stage in _FIXED_STAGES:
+    if stage in FIXED:
         return doc
-    for k in _DERIVED:
+    for k in ("dropped_by", *cleared):
         doc[k] = None
-    if not reuse_minhash or doc.get("minhash") is None:
-        doc.pop("minhash", None)
     return doc
 
 
 class RefilterFn(beam.DoFn):
-    """Stored rows -> documents through the redone clean stages (language decision, quality on
-    the stored signals, decontamination)."""
+    """Stored rows -> documents through the clean stages that are redone, in order: a
+    ``redecide`` stage decides on what it stored, a ``rerun`` one runs on the stored text.
 
-    def __init__(self, cfg: JobConfig, reuse_minhash: bool):
-        self._cfg, self._reuse = cfg, reuse_minhash
+    A redecide stage that finds nothing stored (an earlier stage dropped the document in
+    ``src``, and now keeps it) runs on the stored text, as prepare would, unless a fixed stage
+    after it changed that text (PII redaction, after the quality signals): prepare computes it on
+    the text before, which ``src`` no longer has, so the job stops with one line."""
+
+    def __init__(self, cfg: JobConfig, cleared: list[str], src: str):
+        self._cfg, self._cleared, self._src = cfg, cleared, src
 
     def setup(self):
-        from tokenmill.transforms.langid import decide
+        # (spec, its DoFn, the enabled fixed stages after it that change the text)
+        self._steps = []
+        changing = []
+        for spec, section in reversed(stages.enabled(self._cfg)):
+            if spec.refilter == "fixed":
+                if spec.changed_text is not None:
+                    changing.insert(0, spec)
+                continue
+            self._steps.insert(0, (spec, spec.fn(section), list(changing)))
+        self._set_up = set()
 
-        self._decide = decide
-        self._steps = [(stage, fn) for stage, fn, _ in prepare.clean_steps(self._cfg)
-                       if stage in ("quality", "decontaminate")]
-        for _, fn in self._steps:
+    def _run(self, fn, doc):
+        if fn not in self._set_up:  # what setup loads (models, evaluation sets) only where a stage runs
             fn.setup()
+            self._set_up.add(fn)
+        return next(iter(fn.process(doc)))
 
     def process(self, row):
-        doc = refilter_doc(row, self._reuse)
-        if doc.get("dropped_by"):
-            yield doc
-            return
-        lang = self._cfg.language
-        if lang.enabled:
-            reason = self._decide(doc.get("lang"), doc.get("lang_score"), lang)
-            if reason:
-                docmod.drop(doc, "language", reason)
-        for stage, fn in self._steps:
+        doc = refilter_doc(row, self._cleared)
+        for spec, fn, changed_after in self._steps:
             if doc.get("dropped_by"):
                 break
-            if stage == "quality" and doc.get("n_words") is not None:
-                doc = fn.decide(doc)  # on the stored signals and scores
-            else:
-                doc = next(iter(fn.process(doc)))
+            if spec.refilter == "redecide":
+                decided = fn.redecide(doc)
+                if decided is not None:
+                    doc = decided
+                    continue
+                if changer := next((s for s in changed_after if s.changed_text(doc)), None):
+                    raise UserError(
+                        f"refilter: {doc.get('id')!r} has no {spec.name} columns in {self._src} (an earlier stage "
+                        f"dropped it there), and {spec.name} sees the text before {changer.name}, which changed "
+                        f"it: run prepare with these settings")
+            doc = self._run(fn, doc)
         yield doc
 
 
-def graph(src: str, reuse_minhash: bool):
+def graph(src: str, cleared: list[str]):
     def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_to: str | None) -> None:
         FileSystems.copy([FileSystems.join(src, prepare.INPUT_LIST)], [FileSystems.join(out, prepare.INPUT_LIST)])
         docs = (p
                 | "ReadDocs" >> beam.io.ReadFromParquet(FileSystems.join(src, "docs", "*.parquet"))
-                | "Refilter" >> beam.ParDo(RefilterFn(cfg, reuse_minhash)))
+                | "Refilter" >> beam.ParDo(RefilterFn(cfg, cleared, src)))
         prepare.decide_and_finish(p, docs, cfg, scan, out, progress_to)
     return build
 
@@ -174,8 +179,7 @@ def run(src: str, output: str, config: str | None, sets: list[str], beam_args: l
     cfg, original = settings(src, output, config, sets)
     output_folder.check_separate(src, output, "refilter")
     prepare.check_settings(cfg)
-    reuse = all(cfg.dedup.model_dump()[k] == original["dedup"][k] for k in _MINHASH_KEYS)
     scan = input_scan(src)
     cfg.inputs = original["inputs"]
-    report_path = prepare.run(cfg, beam_args, None, graph(src, reuse), scan)
+    report_path = prepare.run(cfg, beam_args, None, graph(src, cleared(cfg, original)), scan)
     return report_path if cfg.report.enabled else None

@@ -20,11 +20,15 @@ from urllib.parse import urlsplit
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 from tokenmill.config import BoilerplateConfig
+from tokenmill.errors import UserError
+from tokenmill.transforms.stage import Stage, Stash
 
 STAGE = "boilerplate"
+LINES = "lines"  # the clean phase's output of line keys (pipelines/phases.StashFn)
 DEPTH = 4
 # Odd 64-bit multipliers, one per row (multiply-shift hashing of the 64-bit line hash).
 _MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93],
@@ -188,3 +192,26 @@ def strip(doc: dict[str, Any], sketch: Sketch, cfg: BoilerplateConfig) -> tuple[
     cut = [line for line, n in zip(lines, norms) if n in common]
     doc["text"] = "\n".join(kept).strip("\n")
     return len(cut), sum(map(len, cut))
+
+
+class LineStash(Stash):
+    """The clean phase's last step: a live document's sketch keys (line_keys), for the sketch."""
+
+    tag = LINES
+
+    def __init__(self, cfg: BoilerplateConfig):
+        self._min_chars = cfg.min_chars
+
+    def take(self, doc: dict[str, Any]) -> np.ndarray | None:
+        keys = line_keys(doc, self._min_chars)
+        return keys if len(keys) else None
+
+
+def _refilter_check(new: dict, old: dict, src: str) -> None:
+    if old["enabled"]:  # the lines are gone from the stored text
+        raise UserError(f"refilter: {src} had its boilerplate lines cut; refilter a run without boilerplate.enabled")
+
+
+SPEC = Stage(STAGE, "boilerplate", phase="later", fields=lambda cfg: [pa.field("boilerplate_chars", pa.int32())],
+             stash=lambda cfg, job: LineStash(cfg), refilter="rerun", derived=("boilerplate_chars",),
+             refilter_check=_refilter_check)

@@ -172,5 +172,11 @@ def _check(cfg: DecontaminateConfig, job) -> None:
                         f"{', '.join(cfg.fields)} of {', '.join(cfg.files)}")
 
 
+def _refilter_check(new: dict, old: dict, src: str) -> None:
+    if old["enabled"] and old["mode"] == "cut":
+        raise UserError(f"refilter: {src}'s texts had evaluation overlaps cut; refilter a run with mode drop")
+
+
+# refilter runs it again on the stored text, which is the text it runs on (after PII redaction).
 SPEC = Stage(STAGE, "decontaminate", DecontaminateFn, fields=lambda cfg: [pa.field("decontaminated", pa.list_(pa.string()))],
-             check=_check)
+             check=_check, refilter="rerun", derived=("decontaminated",), refilter_check=_refilter_check)

@@ -125,7 +125,12 @@ class LanguageFn(StageFn):
     def apply(self, doc):
         doc["lang"], score = predict(self.model, doc["text"], self.cfg.max_chars)
         doc["lang_score"] = stored(score)
-        reason = decide(doc["lang"], doc["lang_score"], self.cfg)
+        return self.redecide(doc)
+
+    def redecide(self, doc):
+        """The decision on the document's label and score (as stored: refilter calls this on a
+        stored row, without setup)."""
+        reason = decide(doc.get("lang"), doc.get("lang_score"), self.cfg)
         return drop(doc, self.stage, reason) if reason else doc
 
 
@@ -134,5 +139,13 @@ def _check(cfg: LanguageConfig, job) -> None:
     check_languages(cfg, {"quality.per_lang": list(job.quality.per_lang)} if job.quality.enabled else None)
 
 
+def _refilter_check(new: dict, old: dict, src: str) -> None:
+    if new["enabled"] != old["enabled"] or (new["enabled"] and (
+            new["model"] != old["model"] or new["max_chars"] != old["max_chars"])):
+        raise UserError(f"refilter: language labels come from {src} (on or off, its model, max_chars): "
+                        f"run prepare again to label them anew")
+
+
 SPEC = Stage("language", "language", LanguageFn, check=_check,
-             report={"lang": None, "lang_score": (0.0, 1.0, 20, False)})
+             report={"lang": None, "lang_score": (0.0, 1.0, 20, False)},
+             refilter="redecide", refilter_check=_refilter_check)

@@ -102,4 +102,4 @@ class NormalizeFn(StageFn):
         return doc if doc["text"] else drop(doc, self.stage, "empty")
 
 
-SPEC = Stage("normalize", "normalize", NormalizeFn)
+SPEC = Stage("normalize", "normalize", NormalizeFn, changed_text=lambda doc: True)  # the stored text is its result

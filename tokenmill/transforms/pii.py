@@ -193,4 +193,7 @@ class PiiFn(StageFn):
 
 
 # Redactions per kind: a struct column (HF datasets reads structs, not Arrow maps).
-SPEC = Stage("pii", "pii", PiiFn, fields=lambda cfg: [pa.field("pii", pa.struct([(k, pa.int32()) for k in KINDS]))])
+# The stored text is its result (refilter keeps it); it changed a document's text where it
+# replaced something, or took the text away (pii:timeout).
+SPEC = Stage("pii", "pii", PiiFn, fields=lambda cfg: [pa.field("pii", pa.struct([(k, pa.int32()) for k in KINDS]))],
+             changed_text=lambda doc: doc.get("text") is None or any((doc.get("pii") or {}).values()))

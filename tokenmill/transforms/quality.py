@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from tokenmill.config import QualityConfig
+from tokenmill.errors import UserError
 from tokenmill.transforms import classifier
 from tokenmill.transforms.classifier import low as classifier_low
 from tokenmill.transforms.doc import drop, stored
@@ -313,6 +314,11 @@ class QualityFn(StageFn):
             return doc
         return drop(doc, self.stage, reason) if reason else doc
 
+    def redecide(self, doc):
+        """refilter: ``decide`` on the stored signals, or None where the document has none (an
+        earlier stage dropped it in the stored run)."""
+        return None if doc.get("n_words") is None else self.decide(doc)
+
 
 def fields(cfg: QualityConfig) -> list[pa.Field]:
     """The signal columns, the score, the classifiers' scores and, in tag mode, the decision a
@@ -330,10 +336,31 @@ def _check(cfg: QualityConfig, job) -> None:
         classifier.check(cfg.classifier)
 
 
+# Settings that change the signals themselves (not only the thresholds on them).
+SIGNAL_KEYS = ("no_space_langs", "stop_words", "fineweb_short_line_chars")
+
+
+def _refilter_check(new: dict, old: dict, src: str) -> None:
+    if new["enabled"] and not old["enabled"]:
+        raise UserError(f"refilter: {src} has no quality signals (they are computed before PII redaction): "
+                        f"run prepare with quality on")
+
+    def signal_settings(q: dict) -> list:
+        return [[q[k] for k in SIGNAL_KEYS]] + [
+            (lang, {k: v for k, v in o.items() if k in SIGNAL_KEYS}) for lang, o in sorted(q["per_lang"].items())
+            if set(o) & set(SIGNAL_KEYS)]
+
+    if signal_settings(new) != signal_settings(old):
+        raise UserError(f"refilter: {', '.join(SIGNAL_KEYS)} change the stored signals themselves: run prepare again")
+    if new["classifier"]["model"] not in (None, old["classifier"]["model"]):
+        raise UserError(f"refilter: the classifier scores come from {src}: other models need a prepare")
+
+
 # The report: the rules' signals (their histograms first), then what no rule reads.
 _REPORT: dict[str, tuple | None] = {}
 for _rule in sorted(RULES, key=lambda r: r.report is None):
     if _rule.report is not False:
         _REPORT.setdefault(_rule.signal, _rule.report)
 SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check,
-             report={**_REPORT, "char_entropy": (0.0, 8.0, 32, False), "quality_classifier": _UNIT})
+             report={**_REPORT, "char_entropy": (0.0, 8.0, 32, False), "quality_classifier": _UNIT},
+             refilter="redecide", derived=("quality_flag",), refilter_check=_refilter_check)

@@ -15,6 +15,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.format import ShardWriter, build_manifest, shard_name, shard_schema
+from tokenmill.transforms.stage import Stage
 from tokenmill.transforms.tempfile import TempFile
 
 
@@ -100,3 +101,8 @@ def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: 
     return manifest
 
 
+
+
+# The finish phase writes the shards from the tokenized survivors: nothing is dropped here, and
+# nothing stored, that refilter would not write again.
+SPEC = Stage("shards", "shards", phase="later", funnel=False, refilter="rerun")

@@ -1,5 +1,5 @@
 """The thin Beam layer every stage shares: a DoFn that skips dropped docs and counts, and the
-``Stage`` spec each clean-phase stage module exports as ``SPEC``.
+``Stage`` spec each stage module exports as ``SPEC``.
 
 A stage is a pure function ``doc -> doc`` (it may mark the doc dropped); ``StageFn`` wraps
 it, passes already-dropped documents through untouched, and keeps the Beam counters
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -91,22 +91,66 @@ def _no_fields(section: Any) -> list:
     return []
 
 
+class Stash:
+    """A later stage's share of the clean phase's last step (pipelines/phases.StashFn), for each
+    live document: ``take`` before the document is stored (it may add a column to it), ``place``
+    once it is, with the ``Locator`` (transforms/buckets) of where it waits; what ``place``
+    returns, unless None, goes to the tagged output ``tag``. ``key``: the Locator's key from what
+    ``take`` gave (dedup's node key, which its verdict is found by), or None."""
+
+    tag = ""
+
+    def take(self, doc: dict[str, Any]) -> Any:
+        return None
+
+    def key(self, taken: Any) -> bytes | None:
+        return None
+
+    def place(self, taken: Any, doc: dict[str, Any], loc: Any) -> Any:
+        return taken
+
+
 @dataclass(frozen=True)
 class Stage:
-    """A clean-phase stage as ``prepare`` wires it from one list (transforms/stages.py): its name
-    (counters, drop reasons ``name:reason``, the report's order), its JobConfig section (which
-    turns it on), its DoFn made from that section, the docs Parquet columns it adds, and its
-    pre-flight check ``check(section, job_config)``, run before the job (one clear line), and
-    what the report shows of its columns."""
+    """A stage as the pipelines wire it from one list (transforms/stages.py): its name (counters,
+    drop reasons ``name:reason``, the report's order), its JobConfig section (which turns it on),
+    the docs Parquet columns it adds, its pre-flight check ``check(section, job_config)``, run
+    before the job (one clear line), and what the report shows of its columns.
+
+    A ``clean`` stage is a DoFn made from its section (``fn``), run on every document in turn; a
+    ``later`` one runs on small records and buckets after the clean phase (prepare.decide_and_finish
+    wires it), and may take its records from each live document at the clean phase's end
+    (``stash(section, job_config)``: a ``Stash``, or None).
+
+    What ``tokenmill refilter`` (pipelines/refilter.py) does with a stored output's result of it:
+    ``fixed``: the stored text is its result (it keeps the stage's drops and refuses other
+    settings of its section); ``redecide``: decided again on the columns it stored, by its DoFn's
+    ``redecide(doc)`` (None where the document has none: the stage then runs on the stored text,
+    which must be the text it would have seen); ``rerun``: run again on the stored text."""
 
     name: str
     section: str
-    fn: Callable[[Any], beam.DoFn]
+    fn: Callable[[Any], beam.DoFn] | None = None
     fields: Callable[[Any], list] = _no_fields
     check: Callable[[Any, Any], None] | None = None
     # The columns it sets that the report shows: a kept-vs-dropped histogram (low, high, bins,
     # log10 scale), or None for a value shown with each sample document only.
     report: dict[str, tuple | None] = field(default_factory=dict)
+    phase: Literal["clean", "later"] = "clean"
+    # False for a stage that drops nothing and has no row in the report's funnel (shards).
+    funnel: bool = True
+    stash: Callable[[Any, Any], Stash | None] | None = None
+    refilter: Literal["fixed", "redecide", "rerun"] = "fixed"
+    # The columns it sets that a rerun sets again: refilter empties them first, except those
+    # ``reusable(new_section, old_section)`` names (still right with the new settings).
+    derived: tuple[str, ...] = ()
+    reusable: Callable[[dict, dict], tuple[str, ...]] | None = None
+    # refilter_check(new_section, old_section, src): raises UserError (one line) for settings
+    # whose result refilter cannot derive from what ``src`` stored.
+    refilter_check: Callable[[dict, dict, str], None] | None = None
+    # A fixed stage that changes the text: whether it changed this stored document's text (a
+    # stage before it cannot be computed on the stored text then).
+    changed_text: Callable[[dict], bool] | None = None
 
 
 class _OrEmpty(beam.CombineFn):

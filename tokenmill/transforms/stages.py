@@ -1,27 +1,43 @@
 """The stages in pipeline order, from one list: ``prepare`` builds the clean phase, the docs
-schema's stage columns and the pre-flight checks from ``CLEAN``, and the report orders its
-funnel by ``ORDER``. A new clean-phase stage is its module's ``SPEC`` added here, and its
-config section."""
+schema's stage columns and the pre-flight checks from ``STAGES``, the clean phase's last step
+(pipelines/phases.StashFn) takes the later stages' records through their ``stash`` hooks,
+``refilter`` treats each stage as its spec says, and the report orders its funnel by ``ORDER``.
+A new stage is its module's ``SPEC`` added here, and its config section (a later stage is also
+wired into prepare.decide_and_finish and the finish phase)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tokenmill.transforms import decontaminate, langid, normalize, pii, quality, urlfilter
+from tokenmill.transforms import (
+    boilerplate,
+    decontaminate,
+    dedup,
+    langid,
+    normalize,
+    pii,
+    quality,
+    shards,
+    tokenize,
+    urlfilter,
+)
 from tokenmill.transforms.extract import stage as extract
 from tokenmill.transforms.stage import Stage
 
-CLEAN: list[Stage] = [urlfilter.SPEC, extract.SPEC, normalize.SPEC, langid.SPEC, quality.SPEC, pii.SPEC,
-                      decontaminate.SPEC]
-# After the clean phase, on small records and buckets (prepare.decide_and_finish wires them),
-# with the columns of theirs the report shows (as Stage.report).
-LATER: dict[str, dict[str, tuple | None]] = {"dedup": {"dup_cluster": None}, "boilerplate": {},
-                                             "tokenize": {"n_tokens": (0.0, 6.0, 24, True)}, "shards": {}}
-ORDER = ["read", *(s.name for s in CLEAN), *LATER]
-REPORT_COLUMNS: dict[str, tuple | None] = {k: v for cols in [*(s.report for s in CLEAN), *LATER.values()]
-                                           for k, v in cols.items()}
+# Reading comes first; prepare.build wires it itself (it makes the documents). Its result is the
+# stored text, as a ``fixed`` stage's is.
+READ = "read"
+STAGES: list[Stage] = [
+    # clean phase: one document after the other
+    urlfilter.SPEC, extract.SPEC, normalize.SPEC, langid.SPEC, quality.SPEC, pii.SPEC, decontaminate.SPEC,
+    # then on small records and buckets (prepare.decide_and_finish)
+    dedup.SPEC, boilerplate.SPEC, tokenize.SPEC, shards.SPEC,
+]
+ORDER = [READ, *(s.name for s in STAGES)]
+REPORT_COLUMNS: dict[str, tuple | None] = {k: v for s in STAGES for k, v in s.report.items()}
 
 
-def enabled(cfg) -> list[tuple[Stage, Any]]:
-    """The clean-phase stages the job config turns on, each with its config section."""
-    return [(s, section) for s in CLEAN if (section := getattr(cfg, s.section)).enabled]
+def enabled(cfg, phase: str | None = "clean") -> list[tuple[Stage, Any]]:
+    """The stages of ``phase`` (None: all) the job config turns on, each with its config section."""
+    return [(s, section) for s in STAGES
+            if phase in (None, s.phase) and (section := getattr(cfg, s.section)).enabled]

@@ -14,10 +14,11 @@ from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
 from tokenmill import native
 from tokenmill.errors import UserError
-from tokenmill.transforms.stage import CombineOnce, count
+from tokenmill.transforms.stage import CombineOnce, Stage, Stash, count
 
 EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
 # Common EOS spellings, tried in order when a user's tokenizer is loaded and none is named.
@@ -268,3 +269,33 @@ class TrainOnSample(beam.PTransform):
             close = getattr(self.read, "close", None)
             if close:
                 close()
+
+
+SAMPLE = "sample"  # the clean phase's output of tokenizer sample candidates (pipelines/phases.StashFn)
+
+
+class SampleStash(Stash):
+    """The clean phase's last step, when a tokenizer is to be trained: where a live document's
+    text waits, as a ``SampleItem`` (the sample travels as small records)."""
+
+    tag = SAMPLE
+
+    def __init__(self, max_chars: int):
+        self._max_chars = max_chars
+
+    def place(self, taken: None, doc: dict, loc) -> SampleItem:
+        chars = min(len(doc.get("text") or ""), self._max_chars)
+        # The content hash (the Locator's tie) breaks ties between records that share an id: a
+        # file name would not be the same from one run to the next.
+        return SampleItem((*sample_key(doc), loc.tie), chars, (loc.file, loc.offset, loc.length))
+
+
+def _check(cfg, job) -> None:
+    if cfg.tokenizer:
+        check_tokenizer(cfg.tokenizer, cfg.eos_token)
+
+
+SPEC = Stage("tokenize", "tokenize", phase="later", fields=lambda cfg: [pa.field("n_tokens", pa.int32())],
+             check=_check, report={"n_tokens": (0.0, 6.0, 24, True)},
+             stash=lambda cfg, job: None if cfg.tokenizer else SampleStash(cfg.train_max_chars),
+             refilter="rerun", derived=("n_tokens",))

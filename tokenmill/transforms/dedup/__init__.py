@@ -6,7 +6,8 @@ between groups) -> verify (Jaccard estimate) -> components (connected components
 is the one union-find) -> survivor (survivor order, verdicts) -> stats (report figures);
 stage wires them into Beam, limits sizes its groups.
 
-The pure steps import no Beam; the Beam-bound names (components, stage, stats) load on first use.
+The pure steps import no Beam; the Beam-bound names (components, stage, stats) load on first use,
+and so does ``SPEC``, dedup's entry in the stage list (transforms/stages.py).
 """
 
 from tokenmill.transforms.dedup.edges import Edges, HandleTable, handles
@@ -51,7 +52,48 @@ _BEAM = {"ConnectedComponents": "components", "Dedup": "stage", "NodesFn": "stag
          "size_bucket": "stats"}
 
 
+NODES = "nodes"  # the clean phase's output of dedup nodes (pipelines/phases.StashFn)
+# The settings a MinHash signature depends on: with the same ones, refilter reuses those a
+# quality.mode=tag run stored.
+SIGNATURE_KEYS = ("near", "ngram", "bands", "rows", "seed")
+
+
+class NodeStash:
+    """The clean phase's last step (a ``stage.Stash``): a live document's node (Recorder), its
+    key on the Locator. A quality.mode=tag run also stores the signature with the document, for
+    refilter, which then does not compute it again."""
+
+    tag = NODES
+
+    def __init__(self, cfg, store_signature: bool):
+        self._recorder, self._store = Recorder(cfg), store_signature
+
+    def take(self, doc: dict) -> Node | None:
+        node = self._recorder(doc)
+        if node is not None and self._store:
+            doc["minhash"] = node.sig
+        return node
+
+    def key(self, node: Node | None) -> bytes | None:
+        return node.key if node is not None else None
+
+    def place(self, node: Node | None, doc: dict, loc) -> Node | None:
+        return node
+
+
+def _spec():
+    from tokenmill.transforms.stage import Stage  # Beam: not for the pure steps
+
+    return Stage("dedup", "dedup", phase="later", report={"dup_cluster": None},
+                 stash=lambda cfg, job: NodeStash(cfg, job.quality.mode == "tag"),
+                 refilter="rerun", derived=("dup_cluster", "dup_cluster_size", "minhash"),
+                 reusable=lambda new, old: ("minhash",) if all(new[k] == old[k] for k in SIGNATURE_KEYS) else ())
+
+
 def __getattr__(name: str):
+    if name == "SPEC":
+        spec = globals()["SPEC"] = _spec()
+        return spec
     if name in _BEAM:
         import importlib
 

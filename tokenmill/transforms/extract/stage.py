@@ -33,4 +33,4 @@ class ExtractFn(StageFn):
         return extract_doc(doc, self.cfg)
 
 
-SPEC = Stage("extract", "extract", ExtractFn)
+SPEC = Stage("extract", "extract", ExtractFn, changed_text=lambda doc: True)  # the stored text is its result
