@@ -247,3 +247,20 @@ def test_prepare_needs_no_pandas(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("others_off", [False, True])
+def test_extract_disabled_drops_raw_html_as_extract_disabled(tmp_path, others_off):
+    """extract.enabled=false: a record with raw HTML has no text to give (it used to reach
+    normalize as normalize:empty, or crash on None text with the later stages off); text
+    records go on."""
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parent.parent / "tokenmill" / "sample"
+    off = ["language", "quality", "pii", "normalize", "dedup"] if others_off else []
+    rc, rows, _ = run_prepare(tmp_path / "out", [sample], sets=["extract.enabled=false", *(f"{s}.enabled=false" for s in off)])
+    assert rc == 0
+    pages = [r for r in rows if "/pages/" in str(r["source"])]  # HTML files
+    assert pages and all(r["dropped_by"] == "extract:disabled" for r in pages), {r["dropped_by"] for r in pages}
+    assert not any((r["dropped_by"] or "").startswith("normalize:") for r in rows)
+    assert any(r["dropped_by"] is None for r in rows)  # the text records

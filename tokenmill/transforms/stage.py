@@ -151,6 +151,9 @@ class Stage:
     # A fixed stage that changes the text: whether it changed this stored document's text (a
     # stage before it cannot be computed on the stored text then).
     changed_text: Callable[[dict], bool] | None = None
+    # True for a stage whose DoFn also runs with its section off, to say what that means for a
+    # record (extract: raw HTML that nothing else can turn into text is extract:disabled).
+    runs_disabled: bool = False
 
 
 class _OrEmpty(beam.CombineFn):

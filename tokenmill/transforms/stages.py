@@ -40,4 +40,4 @@ REPORT_COLUMNS: dict[str, tuple | None] = {k: v for s in STAGES for k, v in s.re
 def enabled(cfg, phase: str | None = "clean") -> list[tuple[Stage, Any]]:
     """The stages of ``phase`` (None: all) the job config turns on, each with its config section."""
     return [(s, section) for s in STAGES
-            if phase in (None, s.phase) and (section := getattr(cfg, s.section)).enabled]
+            if phase in (None, s.phase) and ((section := getattr(cfg, s.section)).enabled or s.runs_disabled)]

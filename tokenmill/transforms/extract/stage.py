@@ -33,4 +33,5 @@ class ExtractFn(StageFn):
         return extract_doc(doc, self.cfg)
 
 
-SPEC = Stage("extract", "extract", ExtractFn, changed_text=lambda doc: True)  # the stored text is its result
+# The stored text is its result; with extract off, raw HTML is dropped as extract:disabled.
+SPEC = Stage("extract", "extract", ExtractFn, changed_text=lambda doc: True, runs_disabled=True)
