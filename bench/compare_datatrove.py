@@ -299,7 +299,7 @@ def eos_and_vocab(tok: Path) -> tuple[str, int]:
 
     # The import pulls in apache_beam, which logs a warning about optional GCP clients.
     logging.disable(logging.WARNING)
-    from tokenmill.transforms.tokenize import EOS_CANDIDATES
+    from tokenmill.transforms.tokenization import EOS_CANDIDATES
     logging.disable(logging.NOTSET)
     t = Tokenizer.from_file(str(tok))
     for c in EOS_CANDIDATES:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 from loader import build  # noqa: E402
 
-from tokenmill.pipelines.export import export  # noqa: E402
+from tokenmill.pipelines.export_formats import export  # noqa: E402
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ logging.basicConfig(level=logging.ERROR)  # Beam's import-time noise
 
 from tokenmill.data import PackedDataset, loader  # noqa: E402
 from tokenmill.private import cache_dir_or_temp  # noqa: E402
-from tokenmill.trainer import data as D  # noqa: E402
+from tokenmill.trainer import windows as D  # noqa: E402
 from tokenmill.transforms.shards import write_manifest, write_shard  # noqa: E402
 
 EOS = 0

@@ -32,7 +32,7 @@ def main() -> None:
 
     from tokenmill.config import load_config
     from tokenmill.pipelines import prepare
-    from tokenmill.pipelines.progress import Display
+    from tokenmill.pipelines.progress_line import Display
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=5000)

@@ -84,7 +84,7 @@ from apache_beam.metrics.metric import MetricsFilter  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from tokenmill.config import JobConfig  # noqa: E402
-from tokenmill.transforms import tokenize as tokmod  # noqa: E402
+from tokenmill.transforms import tokenization as tokmod  # noqa: E402
 from tokenmill.transforms.dedup import (  # noqa: E402
     Dedup,
     Limits,

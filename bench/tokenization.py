@@ -55,9 +55,8 @@ def load_docs(n: int) -> list[dict]:
 def run_beam(src: str, tok_json: str, with_tokenize: bool, batch: int) -> tuple[float, int]:
     """Read the JSONL with tokenmill's reader, optionally tokenize, count tokens; returns (wall, tokens)."""
     from tokenmill.config import ReadConfig
-    from tokenmill.transforms.readers import plan_units, resolve_inputs
-    from tokenmill.transforms.readers.stage import ReadFn
-    from tokenmill.transforms.tokenize import TokenizeBatchFn
+    from tokenmill.transforms.readers import ReadFn, plan_units, resolve_inputs
+    from tokenmill.transforms.tokenization import TokenizeBatchFn
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path = os.path.join(tmp, "n")
@@ -83,7 +82,7 @@ def main() -> int:
 
     from tokenmill.format import shard_bytes, shard_schema
     from tokenmill.transforms.shards import write_atomically
-    from tokenmill.transforms.tokenize import encode_texts, tokenizer_info, train_tokenizer
+    from tokenmill.transforms.tokenization import encode_texts, tokenizer_info, train_tokenizer
 
     docs = load_docs(args.docs)
     texts = [d["text"] for d in docs]

@@ -161,8 +161,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    from tokenmill.trainer.data import TokenStream, open_output, split_files
     from tokenmill.trainer.model import ModelArgs, count_params
+    from tokenmill.trainer.windows import TokenStream, open_output, split_files
 
     data = ensure_data(a.data)
     m = open_output(data, verify_checksums=False)

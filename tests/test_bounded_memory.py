@@ -62,7 +62,7 @@ def _peak_kib(tmp_path, name: str, n: int, tokenizer) -> int:
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from tokenmill.transforms.tokenize import train_tokenizer
+    from tokenmill.transforms.tokenization import train_tokenizer
 
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     rng = random.Random(1)

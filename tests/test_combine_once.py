@@ -6,8 +6,8 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from tokenmill.transforms.stage import CombineOnce
-from tokenmill.transforms.tokenize import SampleFn
+from tokenmill.transforms.stage_base import CombineOnce
+from tokenmill.transforms.tokenization import SampleFn
 
 
 def _run(values, fn):
@@ -46,7 +46,7 @@ def _side_inputs(transform) -> bool:
 
 
 def test_the_combined_value_survives_any_merge_of_seeds():
-    from tokenmill.transforms.stage import _OrEmpty
+    from tokenmill.transforms.stage_base import _OrEmpty
 
     fn = _OrEmpty(beam.combiners.CountCombineFn())
     seeded = fn.add_input(fn.create_accumulator(), None)

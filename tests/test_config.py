@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from tokenmill.cli import main
 from tokenmill.config import JobConfig, load_config, load_validated, parse_set
 from tokenmill.errors import UserError
-from tokenmill.trainer.config import TrainJobConfig
+from tokenmill.trainer.train_config import TrainJobConfig
 
 
 def test_defaults_validate():

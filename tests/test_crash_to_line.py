@@ -114,7 +114,7 @@ def test_job_settings_that_cannot_run_are_refused(tmp_path, capsys, sets, needle
 def test_train_settings_that_cannot_run_are_refused(tmp_path, capsys, sets, needle):
     pytest.importorskip("torch")
     from tokenmill.errors import UserError
-    from tokenmill.trainer.config import load_train_config
+    from tokenmill.trainer.train_config import load_train_config
 
     with pytest.raises(UserError, match=needle):
         load_train_config(None, sets)

@@ -21,7 +21,7 @@ from tokenmill.transforms.dedup import (
     shingles,
     signature_blobs,
 )
-from tokenmill.transforms.dedup.stage import _AttachSignature
+from tokenmill.transforms.dedup.dedup_transform import _AttachSignature
 from tokenmill.transforms.spill import SpillRef, read_spill
 
 # --------------------------------------------------------------------------- Dedup end to end

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tokenmill.trainer.evaluation import evaluate, text_bpb, token_byte_lengths  # noqa: E402
-from tokenmill.transforms.tokenize import train_tokenizer  # noqa: E402
+from tokenmill.transforms.tokenization import train_tokenizer  # noqa: E402
 
 TEXTS = ["The quick brown fox jumps over the lazy dog. " * 3, "Größe und Übermaß, naïve café déjà vu.",
          "日本語のテキストと English words 123", "Ünïcödé everywhere: ½ ¾ — “quotes” …"] * 20

@@ -73,7 +73,7 @@ def shard_ids(out, split) -> list[str]:
 
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_mds_streaming_dataset_reads_every_document(out, split):
-    from tokenmill.pipelines.export import import_streaming
+    from tokenmill.pipelines.export_formats import import_streaming
 
     if not MDS:
         pytest.skip("mosaicml-streaming is not installed")
@@ -107,7 +107,7 @@ def test_hf_datasets_load_the_docs(out):
 
 
 def test_uint16_limits_are_one_line(out, tmp_path, capsys):
-    from tokenmill.pipelines.export import write_nanogpt
+    from tokenmill.pipelines.export_formats import write_nanogpt
 
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["tokenizer"]["vocab_size"] = 70_000

@@ -10,7 +10,7 @@ import pytest
 from tokenmill.pipelines.phases import ShardOpener, _tie, finish_bucket
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import CandidateReader, CandidateWriter, Locator, pack
-from tokenmill.transforms.tokenize import Encoder, train_tokenizer
+from tokenmill.transforms.tokenization import Encoder, train_tokenizer
 
 
 def stash(tmp_path, n: int = 40):

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from tokenmill.cli import main
 from tokenmill.format import manifest_problem
-from tokenmill.pipelines.inspect import inspect_output
+from tokenmill.pipelines.inspect_output import inspect_output
 from tokenmill.transforms.shards import write_manifest, write_shard
 
 

@@ -23,9 +23,9 @@ from conftest import TOKENMILL, prepare, reaped, run_prepare, snapshot, start_pr
 from tokenmill.cli import main
 from tokenmill.config import LanguageConfig
 from tokenmill.pipelines import output
-from tokenmill.pipelines.inspect import inspect_output
+from tokenmill.pipelines.inspect_output import inspect_output
 from tokenmill.transforms.langid import check_languages
-from tokenmill.transforms.tokenize import train_tokenizer
+from tokenmill.transforms.tokenization import train_tokenizer
 
 MULTI = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 WORDS = ("garden weather spring tomato bean river mountain city train music paper window table light market "

@@ -510,14 +510,14 @@ def test_parquet_without_a_text_column_gives_every_row_its_row(tmp_path):
 @pytest.mark.parametrize("label", ["cp037", "cp500", "unicode_escape", "raw_unicode_escape", "idna", "hex"])
 def test_charset_labels_that_are_no_web_charset_are_ignored(label, tmp_path):
     from tokenmill.transforms.extract import extract_html
-    from tokenmill.transforms.readers.records import _decode_text
+    from tokenmill.transforms.readers.json_and_text import decode_text
 
     words = "Caf\xe9 na\xefve r\xe9sum\xe9: the quiet river runs past the old mill at C:\\new folder."
     page = f"<html><head><meta charset={label}></head><body><p>{words}</p></body></html>".encode("latin-1")
     r = extract_html(page)
     assert r.reason is None and r.encoding == "cp1252" and r.text == words
-    assert _decode_text(words.encode(), label) == (words, None)  # UTF-8 under the odd label: read
-    assert _decode_text("plain text".encode("utf-16"), "utf-16") == ("plain text", None)  # still honoured
+    assert decode_text(words.encode(), label) == (words, None)  # UTF-8 under the odd label: read
+    assert decode_text("plain text".encode("utf-16"), "utf-16") == ("plain text", None)  # still honoured
 
 
 def test_a_loop_of_symlinks_in_a_folder_is_one_counted_skip(tmp_path):

@@ -19,7 +19,7 @@ from tokenmill.transforms.decontaminate import DecontaminateFn, EvalGrams
 from tokenmill.transforms.normalize import NormalizeFn, normalize_text
 from tokenmill.transforms.pii import PiiFn, redact
 from tokenmill.transforms.quality import QualityFn, signals
-from tokenmill.transforms.stage import Timeout
+from tokenmill.transforms.stage_base import Timeout
 from tokenmill.transforms.urlfilter import UrlFn, UrlList, blocked
 
 ALL = ["email", "phone", "ip", "card", "iban", "secret"]

@@ -20,12 +20,12 @@ from test_trainer_units import EOS, make_output  # noqa: E402
 
 from tokenmill.cli import main  # noqa: E402
 from tokenmill.errors import UserError  # noqa: E402
-from tokenmill.pipelines.inspect import inspect_output  # noqa: E402
-from tokenmill.trainer import data as D  # noqa: E402
-from tokenmill.trainer.config import load_train_config  # noqa: E402
+from tokenmill.pipelines.inspect_output import inspect_output  # noqa: E402
+from tokenmill.trainer import windows as D  # noqa: E402
 from tokenmill.trainer.metrics import available_memory  # noqa: E402
 from tokenmill.trainer.preflight import cpu_memory_needed  # noqa: E402
 from tokenmill.trainer.train import model_args  # noqa: E402
+from tokenmill.trainer.train_config import load_train_config  # noqa: E402
 
 VOCAB = 500
 TINY = ["--set", "model.preset=null", "--set", "model.n_layers=1", "--set", "model.d_model=32",

@@ -1,4 +1,5 @@
-"""The house rules of the package layout: which layer may import which, and module size.
+"""The house rules of the package layout: which layer may import which, module size and names,
+and that modules meet through public names.
 
 The trainer and the output format work without the pipeline layer (no Beam on a GPU box), and
 the pure cores of the stages can be called and tested without Beam.
@@ -21,9 +22,9 @@ def _modules(folder: Path) -> list[str]:
 
 
 TRAINER_SIDE = ["tokenmill.format", "tokenmill.data", "tokenmill.page", *_modules(PKG / "trainer")]
-PURE_CORES = ([m for m in _modules(PKG / "transforms" / "extract") if not m.endswith(".stage")]
+PURE_CORES = ([m for m in _modules(PKG / "transforms" / "extract") if not m.endswith(".extract_fn")]
               + [m for m in _modules(PKG / "transforms" / "dedup")
-                 if m.rsplit(".", 1)[1] not in ("components", "stage", "stats")])
+                 if m.rsplit(".", 1)[1] not in ("components", "dedup_transform", "stats")])
 
 
 def _loaded_after_import(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -62,3 +63,57 @@ def test_no_module_is_over_500_lines():
     long = {str(p.relative_to(PKG.parent)): n for p in PKG.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_module_names_are_unique_and_shadow_no_standard_module():
+    """A module's name says what it holds: no two share one (``stage.py`` five times over), and
+    none is also a standard library module's (``tempfile``, ``inspect``, ``tokenize``)."""
+    names: dict[str, list[str]] = {}
+    for p in PKG.rglob("*.py"):
+        if p.name != "__init__.py":
+            names.setdefault(p.stem, []).append(str(p.relative_to(PKG.parent)))
+    assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}
+    assert sorted(n for n in names if n in sys.stdlib_module_names) == []
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute name of the module an ``from X import ...`` reads, relative ones resolved."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")[: None if is_package else -1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def private_imports() -> list[str]:
+    """Every import of an underscore name (``_x``, not ``__x__``) from another tokenmill module,
+    relative imports within a package included, and of a module whose own name is private."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                source = _imported_from(module, path.name == "__init__.py", node)
+                if source.split(".")[0] != "tokenmill" or source == module:
+                    continue
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [part for a in node.names if a.name.split(".")[0] == "tokenmill"
+                         for part in a.name.split(".")]
+                source = "import"
+            else:
+                continue
+            found += [f"{module}:{node.lineno} {source} {n}" for n in names
+                      if n.startswith("_") and not n.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    """Modules meet through public names: a name another module needs loses its underscore (a
+    package's ``__init__`` names what other packages use); an underscore name stays in its module."""
+    assert private_imports() == []

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_prepare
 
 from tokenmill.cli import main
-from tokenmill.transforms.tokenize import train_tokenizer
+from tokenmill.transforms.tokenization import train_tokenizer
 
 WORDS = "garden weather spring tomato bean river mountain city train music paper window table light".split()
 

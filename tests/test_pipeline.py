@@ -12,7 +12,7 @@ from conftest import by_id, run_prepare, shared
 
 from tokenmill.config import load_config
 from tokenmill.pipelines import output, prepare
-from tokenmill.pipelines.inspect import inspect_output
+from tokenmill.pipelines.inspect_output import inspect_output
 from tokenmill.transforms.doc import docs_schema
 
 STAGE_REASON = r"^(read|extract|normalize|language|quality|dedup):[a-z0-9_]+$"

@@ -11,8 +11,8 @@ from rich.console import Console
 from tokenmill.cli import sample_inputs
 from tokenmill.config import load_config
 from tokenmill.pipelines import prepare
-from tokenmill.pipelines.progress import Display, progress_line, read_totals
-from tokenmill.transforms.progress import Reporter
+from tokenmill.pipelines.progress_line import Display, progress_line, read_totals
+from tokenmill.transforms.progress_counts import Reporter
 
 
 @pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])

@@ -12,8 +12,13 @@ from tokenizers import Tokenizer
 
 from tokenmill.errors import UserError
 from tokenmill.format import count_shard, shard_bytes, shard_schema
-from tokenmill.pipelines.inspect import inspect_output
-from tokenmill.transforms.tokenize import read_tokenizer_json, token_dtype, tokenizer_info, train_tokenizer
+from tokenmill.pipelines.inspect_output import inspect_output
+from tokenmill.transforms.tokenization import (
+    read_tokenizer_json,
+    token_dtype,
+    tokenizer_info,
+    train_tokenizer,
+)
 
 SMALL = ["tokenize.vocab_size=1000", "shards.target_bytes=20000", "shards.val_fraction=0.1"]
 

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tokenmill.cli import main  # noqa: E402
-from tokenmill.trainer import data as D  # noqa: E402
+from tokenmill.trainer import windows as D  # noqa: E402
 
 SEQ = 32
 

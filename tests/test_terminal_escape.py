@@ -11,7 +11,7 @@ import pytest
 from conftest import prepare
 
 from tokenmill.cli import main
-from tokenmill.transforms.tokenize import train_tokenizer
+from tokenmill.transforms.tokenization import train_tokenizer
 
 OSC8 = "\x1b]8;;https://evil.example/\x1b\\click me\x1b]8;;\x1b\\"
 HOSTILE = f"[link=https://evil.example]x[/link] [/] [bold]b :warning: {OSC8} \x1b[2J\x1b[31mred \x9b1m \u202eabc\x07"

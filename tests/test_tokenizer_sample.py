@@ -4,7 +4,7 @@ characters, where); here ``where`` is the text itself."""
 
 import random
 
-from tokenmill.transforms.tokenize import SampleFn, sample_prefix, unique_texts
+from tokenmill.transforms.tokenization import SampleFn, sample_prefix, unique_texts
 
 
 def corpus(n=500, seed=0):

@@ -155,7 +155,7 @@ def test_hf_export_loads_in_transformers_with_the_same_logits(reference):
     transformers = pytest.importorskip("transformers")
     import torch.distributed.checkpoint as dcp
 
-    from tokenmill.trainer.export import load_exported
+    from tokenmill.trainer.hf_export import load_exported
     from tokenmill.trainer.model import Transformer
 
     run, _ = reference

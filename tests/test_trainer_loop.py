@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from trainer_helpers import make_output  # noqa: E402
 
 from tokenmill.cli import main  # noqa: E402
-from tokenmill.trainer.config import load_train_config  # noqa: E402
+from tokenmill.trainer.train_config import load_train_config  # noqa: E402
 
 SMALL = ["--set", "model.preset=null", "--set", "model.n_layers=1", "--set", "model.d_model=32",
          "--set", "model.n_heads=2", "--set", "data.seq_len=16", "--set", "train.micro_batch=2",

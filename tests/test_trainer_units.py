@@ -14,9 +14,9 @@ from trainer_helpers import EOS, make_output  # noqa: E402
 from tokenmill.cli import main  # noqa: E402
 from tokenmill.data import PackedDataset, loader  # noqa: E402
 from tokenmill.errors import UserError  # noqa: E402
-from tokenmill.trainer import data as D  # noqa: E402
-from tokenmill.trainer.config import load_train_config  # noqa: E402
+from tokenmill.trainer import windows as D  # noqa: E402
 from tokenmill.trainer.train import lr_at  # noqa: E402
+from tokenmill.trainer.train_config import load_train_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -232,9 +232,9 @@ def test_val_batches_same_windows_for_any_world_size(outputs):
 def test_weights_do_not_depend_on_sharding_or_wrappers():
     """The same initial weights unsharded, through FSDP2 and with activation checkpointing:
     init is a function of (seed, parameter name), never of the world size or the wrappers."""
-    from tokenmill.trainer.config import load_train_config
     from tokenmill.trainer.model import ModelArgs, Transformer
     from tokenmill.trainer.parallel import close_distributed, init_distributed, parallelize
+    from tokenmill.trainer.train_config import load_train_config
 
     a = ModelArgs(vocab_size=64, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, ffn_hidden=64, max_seq_len=16)
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))

@@ -83,7 +83,7 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         if not args.output.strip():
             raise UserError("--output: an empty path")
         cfg.output = args.output
-    from tokenmill.pipelines import launch, prepare, progress
+    from tokenmill.pipelines import launch, prepare, progress_line
 
     options, runner = launch.beam_options(beam_args)
     display = None
@@ -91,7 +91,7 @@ def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
         pass
     elif launch.is_local(options, runner):
         # The live line only on a terminal: redirected to a file it would be noise.
-        display = progress.Display() if sys.stdout.isatty() and sys.stderr.isatty() else None
+        display = progress_line.Display() if sys.stdout.isatty() and sys.stderr.isatty() else None
     else:
         # refused before "submitting" is said (prepare.run checks it again for every caller)
         launch.check_paths_reach_workers(options, runner, {"--input": cfg.inputs, "--output": [cfg.output]})
@@ -153,13 +153,13 @@ def cmd_config(args: argparse.Namespace, _: list[str]) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, _: list[str]) -> int:
-    from tokenmill.pipelines.inspect import inspect_output
+    from tokenmill.pipelines.inspect_output import inspect_output
 
     return inspect_output(args.out.rstrip("/"), args.docs)
 
 
 def cmd_tokenizer_train(args: argparse.Namespace, _: list[str]) -> int:
-    from tokenmill.pipelines.tokenizer import train_from_inputs
+    from tokenmill.pipelines.tokenizer_train import train_from_inputs
     from tokenmill.terminal import safe
 
     n = train_from_inputs(args.input, args.output, args.kind, args.vocab_size, args.max_docs)
@@ -183,7 +183,7 @@ def cmd_classifier_train(args: argparse.Namespace, _: list[str]) -> int:
 def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     import time
 
-    from tokenmill.trainer.config import load_train_config
+    from tokenmill.trainer.train_config import load_train_config
 
     cfg = load_train_config(args.config, args.set, args.data)
     try:
@@ -219,7 +219,7 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
 def cmd_export(args: argparse.Namespace, _: list[str]) -> int:
     import time
 
-    from tokenmill.pipelines.export import export_to
+    from tokenmill.pipelines.export_formats import export_to
     from tokenmill.terminal import safe
 
     t0 = time.perf_counter()
@@ -462,15 +462,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The ``tokenmill`` command. A Beam job leaves gRPC and the runner's idle threads loaded,
-    and Python's teardown of them took 0.4 s of a 6 s refilter: once the output is written and
-    flushed, a Beam verb's process ends at once."""
+    and Python's teardown of them is a real share of a short job: once the output is written and
+    flushed, a Beam verb's process ends at once (bench/MEASUREMENTS.md: Beam verbs end with
+    os._exit)."""
     code = main()
     if sys.argv[1:2] in (["prepare"], ["refilter"]):
         sys.stdout.flush()
         sys.stderr.flush()
         # os._exit skips atexit, where Beam stops what it started for the job: the Flink or Spark
-        # job server's JVM (350-650 MB each; every cluster run left one behind until 44 of them
-        # had the kernel kill a TaskManager) and the LOOPBACK worker's servers. The run's last
+        # job server's JVM (each run would leave one behind, and they pile up: bench/MEASUREMENTS.md:
+        # job-server JVMs stopped at exit) and the LOOPBACK worker's servers. The run's last
         # line is said: what the SDK harness's threads print while they are stopped is not news.
         with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
             atexit._run_exitfuncs()

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from tokenmill.config_load import _deep_merge, _format_validation_error, load_validated, parse_set  # noqa: F401
+from tokenmill.config_load import deep_merge, format_validation_error, load_validated, parse_set  # noqa: F401
 
 # Every config model: unknown keys refused, and no number means anything as inf or nan (a nan
 # threshold passes or fails every comparison silently); no integer past 64 bits (numpy and the
@@ -45,7 +45,7 @@ class Section(Strict):
 
 
 class TimedSection(Section):
-    # A stage that works on each document's text (transforms/stage.py).
+    # A stage that works on each document's text (transforms/stage_base.py).
     timeout_s: float = Field(default=5.0, gt=0, description="Wall-clock budget per document; past it the document is "
         "dropped as <stage>:timeout (checked cooperatively between the stage's passes, as extract.timeout_s is, so it "
         "works on every runner).")
@@ -270,7 +270,7 @@ class QualityConfig(TimedSection):
             try:
                 self.for_lang(lang)
             except ValidationError as e:
-                raise ValueError(f"per_lang.{lang}: " + _format_validation_error(e, "").removeprefix("bad config: ")) from None
+                raise ValueError(f"per_lang.{lang}: " + format_validation_error(e, "").removeprefix("bad config: ")) from None
         return self
 
     def for_lang(self, lang: str | None) -> QualityConfig:
@@ -281,7 +281,7 @@ class QualityConfig(TimedSection):
         cache = self._per_lang_cache
         if lang not in cache:
             base = self.model_dump(exclude={"per_lang"})
-            cache[lang] = QualityConfig.model_validate(_deep_merge(base, override))
+            cache[lang] = QualityConfig.model_validate(deep_merge(base, override))
         return cache[lang]
 
 
@@ -340,7 +340,7 @@ class DedupConfig(Section):
         "members emits all its pairs; a bigger one a star to its smallest member (linear, not quadratic, in the bucket "
         "size).")
     # (Each verification group hands over a star forest, and a job with one group none at all,
-    # so in a small job the rounds run empty: ~25 ms each.)
+    # so in a small job the rounds run empty, at a small fixed cost each: bench/MEASUREMENTS.md.)
     max_rounds: int = Field(default=6, ge=0, le=64, description="Rounds of large-star/small-star unrolled in the Beam "
         "graph for connected components; what is left unconverged after them is finished by a union-find over the "
         "residual, on one worker.")
@@ -382,7 +382,7 @@ class TokenizeConfig(Section):
     train_chars: int = Field(default=50_000_000, gt=0, description="See train_docs.")
     train_max_chars: int = Field(default=20_000, gt=0, description="See train_docs.")
     batch_size: int = Field(default=512, gt=0, description="Documents per encode_batch call, at most.")
-    # (at 1M, a 60k-page run's peak tree RSS was 73 MB higher than at 256k)
+    # (a larger one raises the peak memory: bench/MEASUREMENTS.md, tokenize.batch_chars)
     batch_chars: int = Field(default=1 << 18, gt=0, description="Characters per encode_batch call, at most: the "
         "tokenizer's working memory follows the text in flight.")
 

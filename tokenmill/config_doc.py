@@ -53,7 +53,7 @@ def config_yaml(model: BaseModel, title: str) -> str:
 def default_yaml(train: bool = False) -> str:
     """`tokenmill config`: the job's default config, or (``train``) the trainer's."""
     if train:
-        from tokenmill.trainer.config import TrainJobConfig  # pydantic only: no torch
+        from tokenmill.trainer.train_config import TrainJobConfig  # pydantic only: no torch
 
         model, title = TrainJobConfig(), "tokenmill train --config: the trainer's default config"
     else:

@@ -13,14 +13,14 @@ from pydantic import BaseModel, ValidationError
 from tokenmill.errors import UserError
 
 
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in override.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
-def _format_validation_error(err: ValidationError, where: str) -> str:
+def format_validation_error(err: ValidationError, where: str) -> str:
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
@@ -107,7 +107,7 @@ def load_validated(model: type[BaseModel], path: str | None = None, overrides: l
             raise UserError(f"config file {path}: expected a mapping of sections, got {type(loaded).__name__}")
         data = loaded
     if base is not None:
-        data = _deep_merge(copy.deepcopy(base), data)
+        data = deep_merge(copy.deepcopy(base), data)
     for item in overrides or []:
         keys, value = parse_set(item)
         node = data
@@ -120,4 +120,4 @@ def load_validated(model: type[BaseModel], path: str | None = None, overrides: l
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise UserError(_format_validation_error(e, f" in {path}" if path else "")) from None
+        raise UserError(format_validation_error(e, f" in {path}" if path else "")) from None

@@ -15,7 +15,7 @@ What it gives:
 - Packed windows of ``seq_len + 1`` tokens cut from the documents joined by EOS, memory-mapped
   from the shards (no copy of a shard in memory, no decoding).
 - Order: global sample ``g`` is a pure function of ``(seed, g)`` (a permutation per epoch,
-  and per mixture source, see tokenmill/trainer/data.py); rank ``r`` of ``world`` takes the
+  and per mixture source, see tokenmill/trainer/windows.py); rank ``r`` of ``world`` takes the
   batches ``j*world + r`` of ``batch_size`` consecutive samples, so every rank sees other data
   and the union does not depend on the world size's batching.
 - Checksums of every shard verified against the manifest when the dataset is made
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenmill.errors import UserError
-from tokenmill.trainer.data import PackedWindows, TokenStream, check_compatible, open_output, split_files
+from tokenmill.trainer.windows import PackedWindows, TokenStream, check_compatible, open_output, split_files
 
 __all__ = ["PackedDataset", "batch_indices", "loader"]
 

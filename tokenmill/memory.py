@@ -1,6 +1,6 @@
 """Allocator settings that keep a worker's resident memory near what it actually holds.
 
-Applied once per process, on import of ``tokenmill.transforms.stage``: every Beam worker of
+Applied once per process, on import of ``tokenmill.transforms.stage_base``: every Beam worker of
 every runner imports it to unpickle the stages' DoFns, and so does the launcher. The ``tokenmill``
 command and its local workers apply them earlier: the Arrow pool before pyarrow loads, malloc's
 thresholds before Beam's import (``beamload.import_lean``). Their effect on
@@ -63,9 +63,9 @@ def choose_arrow_pool() -> None:
 
     Arrow's C++ code (Parquet and IPC writers) allocates from the pool that
     ARROW_DEFAULT_MEMORY_POOL names when it first allocates; ``pa.set_memory_pool`` changes only
-    pyarrow's own default. Left to mimalloc, those buffers kept freed pages (and a 1 GiB arena)
-    for reuse: with the variable set from the start, a 60k-page run's peak tree RSS was ~90 MB
-    lower (1,174-1,196 MB against 1,264-1,293 MB; prepare, quality off).
+    pyarrow's own default. Left to mimalloc, those buffers keep freed pages (and a 1 GiB arena)
+    for reuse; with the variable set from the start, a worker's peak is lower
+    (bench/MEASUREMENTS.md: Arrow's system pool).
     """
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
@@ -91,10 +91,9 @@ def give_back() -> None:
 
 class GiveBack:
     """``give_back`` as often as a ``share`` of the wall time allows: after a call that took t
-    seconds, the next one waits t / share. One ``malloc_trim`` takes ~1 ms on a small heap but
-    27-58 ms on a fragmented 600 MB one (measured), so a fixed spacing was either too rare for a
-    small job (every 4 MB of text: 60k pages peaked ~20 MB higher) or too costly for a big one
-    (after every encode batch: ~8,000 trims in a 500k-document run)."""
+    seconds, the next one waits t / share. One ``malloc_trim`` is cheap on a small heap but
+    costly on a large fragmented one, so any fixed spacing is either too rare for a small job or
+    too costly for a big one (bench/MEASUREMENTS.md: GiveBack's spacing)."""
 
     def __init__(self, share: float = 0.05, clock=time.monotonic):
         self._share, self._clock, self._next = share, clock, float("-inf")

@@ -31,20 +31,32 @@ _PROBE_TEXT = ("Hello, world! Ünïcödé 中文 テスト 123 4.56 <b>tag</b> \
 def _fasttext(path: str) -> None:
     import fasttext
 
-    model = fasttext.load_model(path)
-    model.predict(_PROBE_TEXT.replace("\n", " "), k=-1, threshold=-1.0)
-    model.predict("", k=1)
+    model = fasttext.load_model(path)  # a file that does not load: its error is the line
+    try:  # only a crash is this check's (see _tokenizer)
+        model.predict(_PROBE_TEXT.replace("\n", " "), k=-1, threshold=-1.0)
+        model.predict("", k=1)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _tokenizer(text: str) -> None:
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_str(text)
-    ids = tok.encode(_PROBE_TEXT).ids + tok.encode(_PROBE_TEXT, add_special_tokens=False).ids
-    tok.encode_batch([_PROBE_TEXT, "", " "])
-    tok.decode(ids)
+    tok = Tokenizer.from_str(text)  # a file that does not load: its error is the line
+    # Used as the pipeline and the trainer use it. An ordinary error here (a WordLevel model
+    # without an unknown token meets an unknown word) is the real run's to report, in its own
+    # words; only a panic (a BaseException) or a crash is this check's.
+    try:
+        ids = tok.encode(_PROBE_TEXT).ids + tok.encode(_PROBE_TEXT, add_special_tokens=False).ids
+        tok.encode_batch([_PROBE_TEXT, "", " "])
+        tok.decode(ids)
+    except Exception:  # noqa: BLE001
+        pass
     # Every token alone (the first 65,536): a decoder may fail on one token's own text.
-    tok.decode_batch([[i] for i in range(min(tok.get_vocab_size(with_added_tokens=True), 1 << 16))])
+    try:
+        tok.decode_batch([[i] for i in range(min(tok.get_vocab_size(with_added_tokens=True), 1 << 16))])
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _run(kind: str, arg: str | None, data: bytes | None, what: str, shown: str) -> None:

@@ -1,8 +1,8 @@
 """Beam loaded without the optional modules it imports at its own import for features tokenmill
 does not use: pandas (its DataFrame API), BigQuery and Pub/Sub (``apache_beam.io``'s guarded
-imports) and pymongo (MongoDB IO). Measured at 0.25-0.3 s of every launch and of every
-multi_processing worker's start, on the critical path of a job's first stage (most of
-``refilter``'s cost is such fixed cost). Each stays importable afterwards: pyarrow imports
+imports) and pymongo (MongoDB IO). They cost every launch and every multi_processing worker's
+start, on the critical path of a job's first stage (most of ``refilter``'s cost is such fixed
+cost; bench/MEASUREMENTS.md: lean Beam import). Each stays importable afterwards: pyarrow imports
 pandas for some conversions, and GCS paths go through Beam's file systems, loaded either way."""
 
 from __future__ import annotations

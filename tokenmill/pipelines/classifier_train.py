@@ -21,7 +21,7 @@ import numpy as np
 import xxhash
 
 from tokenmill.errors import UserError
-from tokenmill.pipelines.tokenizer import input_texts
+from tokenmill.pipelines.tokenizer_train import input_texts
 from tokenmill.transforms.classifier import LABEL_PREFIX, fasttext_line, load, score
 
 DEFAULTS = {"dim": 64, "wordNgrams": 2, "epoch": 5, "lr": 0.1, "minCount": 2, "bucket": 500_000, "seed": 1}

@@ -38,8 +38,8 @@ def beam_options(beam_args: list[str]) -> tuple[PipelineOptions, PipelineRunner]
     if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
         # Beam's DirectRunner first tries Prism, a binary it downloads at run time; the FnApiRunner
         # it falls back to is the same in-process engine (honouring --direct_running_mode and
-        # --direct_num_workers), with no download. By measurement (bench/runners.py) it is also
-        # the fastest local mode here.
+        # --direct_num_workers), with no download. It is also the fastest local mode here
+        # (bench/MEASUREMENTS.md: FnApiRunner by default).
         beam_args = [*beam_args, "--runner=FnApiRunner"]
     options = PipelineOptions(beam_args)
     usage = io.StringIO()

@@ -20,7 +20,7 @@ from apache_beam.pvalue import TaggedOutput
 from tokenmill.config import JobConfig
 from tokenmill.format import shard_schema, split_of
 from tokenmill.memory import GiveBack
-from tokenmill.transforms import boilerplate, dedup, stages, tokenize
+from tokenmill.transforms import boilerplate, dedup, stages, tokenization
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms.buckets import (
     TMP,
@@ -33,14 +33,14 @@ from tokenmill.transforms.buckets import (
     unpack,
 )
 from tokenmill.transforms.dedup import Verdict, VerdictBook, node_id, rehydrated
-from tokenmill.transforms.progress import reporter
+from tokenmill.transforms.progress_counts import reporter
 from tokenmill.transforms.shards import ShardFile
 from tokenmill.transforms.spill import Spiller, Unspilled, emit_refs
-from tokenmill.transforms.stage import count
-from tokenmill.transforms.tokenize import Encoder
+from tokenmill.transforms.stage_base import count
+from tokenmill.transforms.tokenization import Encoder
 
 # The later stages' outputs from StashFn (their Stash tags), and the finish phase's shard entries.
-NODES, LINES, SAMPLE = dedup.NODES, boilerplate.LINES, tokenize.SAMPLE
+NODES, LINES, SAMPLE = dedup.NODES, boilerplate.LINES, tokenization.SAMPLE
 SHARDS = "shards"
 KEPT, DUPLICATES, FILTERED = "kept", "duplicates", "filtered"  # the docs Parquet files
 
@@ -226,8 +226,8 @@ class BucketFinisher:
 
     def run(self, locators: Iterable[Locator], verdicts: Iterable[Verdict]) -> Iterator[tuple[str, Any]]:
         book = VerdictBook(verdicts)
-        # Freed pages go back to the OS now (what the decide phase left: 12-42 MB per worker at
-        # 60k pages) and between encode batches, within 5% of the time.
+        # Freed pages go back to the OS now (what the decide phase left: bench/MEASUREMENTS.md)
+        # and between encode batches, within 5% of the time.
         self._give_back()
         try:
             for loc, doc in self._in_order(locators):

@@ -19,20 +19,19 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
-from tokenmill.pipelines import launch, output, phases, progress
-from tokenmill.pipelines.export import export as export_format
-from tokenmill.pipelines.export import import_streaming
+from tokenmill.pipelines import launch, output, phases, progress_line
+from tokenmill.pipelines.export_formats import export as export_format
+from tokenmill.pipelines.export_formats import import_streaming
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
-from tokenmill.transforms import shards, stages, tokenize
+from tokenmill.transforms import shards, stages, tokenization
 from tokenmill.transforms.boilerplate import SketchFn
 from tokenmill.transforms.buckets import TMP, bucket_count
 from tokenmill.transforms.dedup import Dedup, cluster_stats
-from tokenmill.transforms.readers import InputScan, plan_task, scan_inputs, write_input_list
-from tokenmill.transforms.readers.stage import ReadFn
+from tokenmill.transforms.readers import InputScan, ReadFn, plan_task, scan_inputs, write_input_list
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.spill import SpillFn
-from tokenmill.transforms.stage import CombineOnce
+from tokenmill.transforms.stage_base import CombineOnce
 
 INPUT_LIST = "inputs.jsonl"
 
@@ -59,7 +58,8 @@ def check_settings(cfg: JobConfig) -> None:
     if "mds" in cfg.shards.formats:
         import_streaming()  # one line now, if mosaicml-streaming is missing, not after the job
     if "nanogpt" in cfg.shards.formats:
-        vocab = (tokenize.tokenizer_info(tokenize.read_tokenizer_json(cfg.tokenize.tokenizer), cfg.tokenize.eos_token)
+        vocab = (tokenization.tokenizer_info(tokenization.read_tokenizer_json(cfg.tokenize.tokenizer),
+                                             cfg.tokenize.eos_token)
                  ["vocab_size"] if cfg.tokenize.tokenizer else cfg.tokenize.vocab_size)
         if vocab > 65536:
             raise UserError(f"shards.formats: nanogpt reads uint16 ids and the tokenizer has {vocab:,} tokens: "
@@ -113,8 +113,8 @@ def decide_and_finish(p: beam.Pipeline, docs, cfg: JobConfig, scan: InputScan, o
     if cfg.dedup.enabled:  # decide phase: dedup on the small records, verdicts to their buckets
         verdicts = stashed[phases.NODES] | "Dedup" >> Dedup(cfg.dedup, tmp=phases.spill_folder(out), groups=buckets)
         dedup_stats = cluster_stats(verdicts, cfg.dedup)
-        # Spilled by bucket like the locators: a GroupByKey of every verdict held ~40 MB in the
-        # runner at 60k pages (decoded, then copied again per worker), growing with the corpus.
+        # Spilled by bucket like the locators: a GroupByKey of every verdict is held in the runner
+        # (decoded, then copied again per worker), growing with the corpus (bench/MEASUREMENTS.md).
         by_bucket.append(verdicts | "VerdictBuckets" >> beam.ParDo(SpillFn(
             phases.spill_folder(out), functools.partial(phases.verdict_bucket, buckets=buckets,
                                                         mode=cfg.dedup.survivor))))
@@ -155,25 +155,25 @@ def tokenizer_json(p: beam.Pipeline, samples, cfg: JobConfig, out: str):
     tok_path = FileSystems.join(out, "tokenizer.json")
     if t.tokenizer:
         # The launcher copies it to OUT and a worker reads it back from there: a JSON given to
-        # Create would be pickled and bz2-compressed into the graph (200 ms for a 32k vocab).
+        # Create would be pickled and bz2-compressed into the graph (bench/MEASUREMENTS.md).
         # check_job has parsed it already.
-        shards.write_atomically(tok_path, tokenize.read_tokenizer_json(t.tokenizer).encode("utf-8"))
+        shards.write_atomically(tok_path, tokenization.read_tokenizer_json(t.tokenizer).encode("utf-8"))
         return p | "TokenizerPath" >> beam.Create([tok_path]) | "TokenizerFile" >> beam.Map(
-            tokenize.read_tokenizer_json)
-    tok_json = samples | "TrainTokenizer" >> tokenize.TrainOnSample(t.train_docs, t.train_chars, t.vocab_size,
-                                                                     t.kind, t.min_frequency,
-                                                                     phases.SampleReader(t.train_max_chars))
+            tokenization.read_tokenizer_json)
+    tok_json = samples | "TrainTokenizer" >> tokenization.TrainOnSample(
+        t.train_docs, t.train_chars, t.vocab_size, t.kind, t.min_frequency,
+        phases.SampleReader(t.train_max_chars))
     _ = tok_json | "WriteTokenizer" >> beam.Map(lambda js: shards.write_atomically(tok_path, js.encode("utf-8")))
     return tok_json
 
 
 def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
     """OUT/manifest.json, once every shard is written (it waits for all their entries)."""
-    tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenize.tokenizer_info, cfg.tokenize.eos_token)
+    tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenization.tokenizer_info, cfg.tokenize.eos_token)
     config = cfg.model_dump(mode="json")
 
     def manifest(metas, tok):
-        dtype = tokenize.token_dtype(tok["vocab_size"]).name
+        dtype = tokenization.token_dtype(tok["vocab_size"]).name
         return shards.write_manifest(metas, out, tok, dtype, config, __version__)
 
     _ = (shard_metas
@@ -181,7 +181,7 @@ def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
          | "Manifest" >> beam.Map(manifest, tok=beam.pvalue.AsSingleton(tok_info)))
 
 
-def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None = None, graph=None,
+def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | None = None, graph=None,
         scan: InputScan | None = None) -> str:
     """Run the job into a stage folder and publish it when it succeeds; returns report.json's path.
     ``display``: draws the live progress line while the pipeline runs (local runners only).
@@ -204,7 +204,7 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress.Display | None =
                     with launch.interruptible(), beam.Pipeline(runner=runner, options=options) as p:
                         graph(p, cfg, scan, stage, progress_to)
                         # The graph holds what it needs (read tasks over inputs.jsonl, the bucket
-                        # count); the file list, ~17 MB at 60k files, is not kept in the launcher.
+                        # count); the file list, which grows with the inputs, is not kept in the launcher.
                         scan.files.clear()
                 except (UserError, KeyboardInterrupt):
                     raise

@@ -36,8 +36,7 @@ from tokenmill.errors import UserError, first_line
 from tokenmill.pipelines import output as output_folder
 from tokenmill.pipelines import prepare
 from tokenmill.transforms import stages
-from tokenmill.transforms.readers import InputScan
-from tokenmill.transforms.readers.inputs import InputFile
+from tokenmill.transforms.readers import InputFile, InputScan
 
 # Read, and the stages whose result is the stored text: their drops stay, their settings too.
 FIXED = [stages.READ, *(s.name for s in stages.STAGES if s.refilter == "fixed")]

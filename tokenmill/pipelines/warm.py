@@ -1,6 +1,7 @@
 """Warm multi_processing workers. FnApiRunner starts its SDK workers at the job's first bundle,
-after the launcher has imported Beam and built the graph (~2 s), and each worker then spends
-~1.2 s importing Beam and tokenmill before it can take work. Started here, before the
+after the launcher has imported Beam and built the graph, and each worker then spends a
+while importing Beam and tokenmill before it can take work (bench/MEASUREMENTS.md: warm
+workers). Started here, before the
 launcher's own imports, the workers import while the launcher does: that start-up leaves the
 critical path of every job (it is most of ``refilter``'s fixed cost).
 

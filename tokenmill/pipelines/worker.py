@@ -9,12 +9,12 @@
   handler; ignoring it here as well covers a worker started some other way.
 * Started with ``--warm SOCKET``, it loads Beam and tokenmill first and then waits for the job's
   environment from an attach process (``--attach``; see warm.py).
-* Beam is loaded without its unused optional modules (beamload): 0.25 s less of every
-  worker's start. A worker started another way (Dataflow's harness, a worker pool) is unchanged.
+* Beam is loaded without its unused optional modules (beamload): a shorter start for every
+  worker. A worker started another way (Dataflow's harness, a worker pool) is unchanged.
 * Once the harness returns (the runner closed the control channel), every bundle is committed
   and Beam's log channel closed: the worker ends with os._exit. Python's own teardown, with
-  Beam, gRPC and the tokenizers loaded, took 0.3-0.9 s that the launcher waited for at the
-  end of every job.
+  Beam, gRPC and the tokenizers loaded, is slow, and the launcher would wait for it at the end
+  of every job (bench/MEASUREMENTS.md: workers end with os._exit).
 * Beam's worker logs at INFO to stderr (and prints a failed bundle's traceback there); the
   launcher already reports a failed bundle in one line. Its stderr keeps what the launcher
   shows too: tokenmill's warnings and real errors. Every record still reaches the launcher

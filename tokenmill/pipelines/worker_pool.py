@@ -4,8 +4,8 @@ Beam's pool (``apache_beam.runners.worker.worker_pool_main``) keeps one SDK work
 worker id and stops a worker by its id alone. Worker ids are only unique within one runner
 process: two Flink TaskManagers on one host both ask the host's pool for worker "4-1", the second
 start forgets the first process, and the first TaskManager's StopWorker then kills the second's
-worker mid-bundle (the job fails with "CANCELLED: client cancelled", seen on 3,000 pages with two
-TaskManagers sharing localhost:50000). This pool keys its workers by id *and* control endpoint,
+worker mid-bundle (the job fails with "CANCELLED: client cancelled"; bench/MEASUREMENTS.md: worker
+pool keyed by endpoint). This pool keys its workers by id *and* control endpoint,
 stops only the workers whose runner has closed that endpoint (each worker also ends by itself when
 its runner hangs up), and reaps every worker that ended (Beam's pool leaves them as zombies).
 

@@ -8,8 +8,8 @@ Rerunning the same command resumes from the newest complete checkpoint in RUN.
 
 One module per concern, in the order a run uses them:
 
-    config.py      the validated config (pydantic; YAML + --set), model presets
-    data.py        manifest + checksums, mmapped token streams, packed windows, sample order,
+    train_config.py  the validated config (pydantic; YAML + --set), model presets
+    windows.py     manifest + checksums, mmapped token streams, packed windows, sample order,
                    rank/worker slices, mixtures, validation batches
     model.py       Llama-style decoder (RMSNorm, RoPE, SwiGLU, GQA via SDPA, document masks via
                    FlexAttention on GPU); no parallelism
@@ -24,7 +24,7 @@ One module per concern, in the order a run uses them:
     stop.py        SIGTERM: a checkpoint at the end of the step, a second one ends the process
     checkpoint.py  DCP checkpoints written to a temp folder, marked COMPLETE, renamed
     metrics.py     metrics.jsonl, TensorBoard, MFU, memory, the console line, the end-of-run summary
-    export.py      RUN/hf: a transformers-loadable LlamaForCausalLM
+    hf_export.py   RUN/hf: a transformers-loadable LlamaForCausalLM
     evaluation.py  validation loss and bits per byte (tokenizer-independent)
     compare.py     `tokenmill compare`: matched proxy runs per prepared output, scored in bpb;
                    compare_html.py renders its page

@@ -26,7 +26,7 @@ import sys
 
 from tokenmill.errors import UserError
 from tokenmill.terminal import safe
-from tokenmill.trainer.config import load_train_config
+from tokenmill.trainer.train_config import load_train_config
 
 EVAL_DOCS = 2000  # default cap on evaluation documents (the first ones, in file order)
 
@@ -156,9 +156,9 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
             sets: list[str] | None = None, eval_docs: int = EVAL_DOCS) -> dict:
     from tokenmill import __version__
     from tokenmill.format import tokenizer_path
-    from tokenmill.trainer import data as D
+    from tokenmill.trainer import windows as D
     from tokenmill.trainer.evaluation import text_bpb
-    from tokenmill.trainer.export import load_exported
+    from tokenmill.trainer.hf_export import load_exported
 
     sets = list(sets or [])
     if len(outs) < 2:

@@ -46,7 +46,7 @@ def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
                         f"--run-dir?)")
     _, _, kind, path = max(candidates)
     if kind == "hf":
-        from tokenmill.trainer.export import load_exported
+        from tokenmill.trainer.hf_export import load_exported
 
         return load_exported(hf), os.path.join(hf, "tokenizer.json"), hf_config.get("eos_token_id"), hf
     with open(shape, encoding="utf-8") as fh:

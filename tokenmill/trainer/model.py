@@ -71,7 +71,7 @@ def use_flex(device: torch.device | str) -> bool:
     """Whether document masking goes through flex_attention with a BlockMask on ``device``,
     else through SDPA with a dense [B, 1, T, T] bool mask (which rules out flash attention)."""
     # CPU (torch 2.13) has no flex backward (NotImplementedError), and its forward is slower
-    # than dense SDPA (about 2x eager, 1.3x compiled, on the tiny test model).
+    # than dense SDPA (bench/MEASUREMENTS.md: flex attention on GPU only).
     return torch.device(device).type == "cuda"
 
 

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from tokenmill.trainer.config import OptimConfig
+from tokenmill.trainer.train_config import OptimConfig
 
 
 def lr_at(step: int, peak: float, total: int, warmup: int, start_frac: float = 0.1, final_frac: float = 0.01) -> float:

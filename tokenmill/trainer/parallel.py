@@ -202,7 +202,7 @@ def materialise(model: nn.Module, device: torch.device, seed: int, cpu_offload: 
 def wants_fsdp(d: Dist, shard_single_rank: bool) -> bool:
     """FSDP whenever there is something to shard over, and always on GPU (its mixed-precision
     policy is how bf16 runs there). A lone CPU process is left unsharded by default: there
-    fully_shard only adds copies (~7% of a small model's step); the weights, checkpoints
+    fully_shard only adds copies (bench/MEASUREMENTS.md: no FSDP on one CPU); the weights, checkpoints
     (DCP reads them back into any world size) and every number are the same either way."""
     return d.world > 1 or d.device.type != "cpu" or shard_single_rank
 

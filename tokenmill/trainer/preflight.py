@@ -12,11 +12,11 @@ import torch.distributed as dist
 
 from tokenmill.errors import UserError
 from tokenmill.trainer import checkpoint as ckpt
-from tokenmill.trainer import data as D
-from tokenmill.trainer.config import TrainJobConfig
+from tokenmill.trainer import windows as D
 from tokenmill.trainer.metrics import available_memory
 from tokenmill.trainer.model import ModelArgs, count_params
 from tokenmill.trainer.parallel import Dist, SharedError, raise_if_any, wants_fsdp
+from tokenmill.trainer.train_config import TrainJobConfig
 
 
 def cpu_memory_needed(args: ModelArgs, cfg: TrainJobConfig, precision: str, shards: int) -> tuple[float, float]:

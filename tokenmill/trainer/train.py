@@ -28,8 +28,7 @@ from tokenmill.data import loader as data_loader
 from tokenmill.errors import UserError, first_line
 from tokenmill.format import tokenizer_path
 from tokenmill.trainer import checkpoint as ckpt
-from tokenmill.trainer import data as D
-from tokenmill.trainer.config import TrainJobConfig
+from tokenmill.trainer import windows as D
 from tokenmill.trainer.evaluation import evaluate, token_byte_lengths
 from tokenmill.trainer.forward import (  # noqa: F401  (autocast, resolve_precision: imported from here too)
     autocast,
@@ -77,6 +76,7 @@ from tokenmill.trainer.preflight import (
 from tokenmill.trainer.spikes import FILE as SPIKES
 from tokenmill.trainer.spikes import SpikeLog
 from tokenmill.trainer.stop import StopFlag, on_main_thread, rank_prefix  # noqa: F401  (the CLI's)
+from tokenmill.trainer.train_config import TrainJobConfig
 
 # ---------------------------------------------------------------- pure pieces
 
@@ -112,7 +112,7 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
         rc = train(cfg, run_dir, d)
         # Ranks leave together. A rank that tore its gloo group down straight after the export's
         # gather, while rank 0 was still writing, could abort at exit (SIGABRT, "terminate
-        # called without an active exception"): 2 of ~8 suite runs on this machine.
+        # called without an active exception"; bench/MEASUREMENTS.md: ranks leave together).
         dist.barrier()
         return rc
     except RuntimeError as e:
@@ -476,7 +476,7 @@ class Trainer:
         if step == self.start_step and os.path.exists(hf_dir):
             self.metrics.note(f"{self.run_dir} is already trained to step {step}: raise train.steps to continue")
         elif self.cfg.export.enabled:
-            from tokenmill.trainer.export import export_hf
+            from tokenmill.trainer.hf_export import export_hf
 
             if export_hf(self.run_dir, self.model, self.args, self.tok, self.tokenizer_json, self.cfg.export.dtype,
                          d.main, step):

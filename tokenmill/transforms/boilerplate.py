@@ -25,7 +25,7 @@ import xxhash
 
 from tokenmill.config import BoilerplateConfig
 from tokenmill.errors import UserError
-from tokenmill.transforms.stage import Stage, Stash
+from tokenmill.transforms.stage_base import Stage, Stash
 
 STAGE = "boilerplate"
 LINES = "lines"  # the clean phase's output of line keys (pipelines/phases.StashFn)

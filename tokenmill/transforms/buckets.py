@@ -63,8 +63,9 @@ def bucket_of(doc_id: str | None, buckets: int) -> int:
 
 
 def pack(doc: dict[str, Any]) -> bytes:
-    """``doc`` as compact bytes, a frame of the candidate files. zstd takes the pickle to about
-    half; level -1 costs half the CPU of level 1 for a frame about 15% larger (bench/stages.py)."""
+    """``doc`` as compact bytes, a frame of the candidate files: a zstd-compressed pickle, at
+    level -1, which trades a slightly larger frame for less CPU than level 1
+    (bench/MEASUREMENTS.md: candidate-file frames)."""
     return zstd_contexts().c.compress(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
 
 

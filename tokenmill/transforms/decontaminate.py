@@ -22,7 +22,7 @@ from tokenmill.errors import UserError
 from tokenmill.transforms.dedup.text import has_tokens
 from tokenmill.transforms.dedup.text import token_spans as words
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import Stage, StageFn, check, count
+from tokenmill.transforms.stage_base import Stage, StageFn, check, count
 from tokenmill.transforms.userfiles import texts
 
 STAGE = "decontaminate"
@@ -138,7 +138,7 @@ def cut(text: str, spans: list[tuple[int, int]], ranges: list[tuple[int, int]]) 
 
 def decontaminate(doc: dict[str, Any], grams: EvalGrams, mode: str, deadline: float | None = None) -> dict[str, Any]:
     """The pure core: marks, cuts or drops ``doc``; ``decontaminated`` lists the files it hit.
-    ``deadline`` (time.monotonic()) is checked between the passes: past it, ``stage.Timeout``."""
+    ``deadline`` (time.monotonic()) is checked between the passes: past it, ``deadline.Timeout``."""
     toks, spans = words(doc.get("text") or "")
     check(deadline)
     ranges, mask = grams.matches(toks)

@@ -160,13 +160,13 @@ class DocsFile:
     text and written as a row group, so memory is one row group whatever the file's size.
     Written under a temporary name and renamed on ``close``.
 
-    Rows wait as Arrow record batches of ``batch_rows``, not as Python dicts. Held as Python
-    rows, 8 MB row groups cost a 60k-page run ~110 MB of peak tree RSS against 1 MB ones (the
-    texts' many heap blocks pin the worker's heap); held in Arrow, the two sizes peak alike
-    (bench/scaling.py). The files are byte-identical to writing the rows in one go."""
+    Rows wait as Arrow record batches of ``batch_rows``, not as Python dicts: held as Python
+    rows, the texts' many heap blocks pin the worker's heap and the peak grows with the row
+    group's size; held in Arrow, it does not (bench/MEASUREMENTS.md: docs rows wait in Arrow).
+    The files are byte-identical to writing the rows in one go."""
 
     def __init__(self, path: str, schema: pa.Schema, row_group_bytes: int = 8 << 20, batch_rows: int = 256):
-        from tokenmill.transforms.tempfile import TempFile
+        from tokenmill.transforms.atomic_file import TempFile
 
         self._file = TempFile(path)
         self._writer = pq.ParquetWriter(self._file.fh, schema, compression="zstd")

@@ -18,7 +18,7 @@ from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
 from tokenmill.private import is_throwaway, local_copy
 from tokenmill.transforms.doc import drop, stored
-from tokenmill.transforms.stage import Stage, StageFn
+from tokenmill.transforms.stage_base import Stage, StageFn
 
 
 def default_model_path() -> str:

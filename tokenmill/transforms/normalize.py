@@ -15,7 +15,7 @@ from ftfy.fixes import uncurl_quotes
 
 from tokenmill.config import NormalizeConfig
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import Stage, StageFn, check
+from tokenmill.transforms.stage_base import Stage, StageFn, check
 
 # Horizontal whitespace of every script (NBSP, thin/em spaces, ideographic space, tabs...).
 _HSPACE = re.compile(r"[^\S\n]+")
@@ -34,12 +34,13 @@ def needs_ftfy(text: str) -> bool:
 
 
 def fix_unicode(text: str, config: ftfy.TextFixerConfig, deadline: float | None = None) -> str:
-    """``ftfy.fix_text(text, config)``, 3-4x faster on web text: the same loop (one segment per
+    """``ftfy.fix_text(text, config)``, faster on web text: the same loop (one segment per
     line, HTML unescaping off from the first line with a "<"), but a line ftfy would leave as
     it is (plain ASCII, the common case even in non-English pages) skips ftfy's dozen passes,
     and a line seen before (with the same settings) gets the answer ftfy gave it then: ftfy
-    costs ~10 us per call, so a page of short repeated non-ASCII lines ("\u00a0") would cost
-    15x ordinary text. ``deadline`` (time.monotonic()) is checked before each call of ftfy."""
+    has a fixed cost per call, so a page of short repeated non-ASCII lines ("\u00a0") would
+    cost many times ordinary text (bench/MEASUREMENTS.md: fix_unicode skips and remembers).
+    ``deadline`` (time.monotonic()) is checked before each call of ftfy."""
     out, pos = [], 0
     fixed: dict[str, str] = {}
     while pos < len(text):
@@ -62,7 +63,7 @@ def fix_unicode(text: str, config: ftfy.TextFixerConfig, deadline: float | None 
 
 def normalize_text(text: str, cfg: NormalizeConfig, deadline: float | None = None) -> str:
     """``text`` normalised as ``cfg`` says; ``deadline`` (time.monotonic()) is checked between
-    the passes, each linear in the text: past it, ``stage.Timeout``."""
+    the passes, each linear in the text: past it, ``deadline.Timeout``."""
     if cfg.fix_unicode:
         text = fix_unicode(text, ftfy.TextFixerConfig(
             explain=False,

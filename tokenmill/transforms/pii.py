@@ -26,7 +26,7 @@ from collections import Counter
 
 import pyarrow as pa
 
-from tokenmill.transforms.stage import Stage, StageFn, check, count
+from tokenmill.transforms.stage_base import Stage, StageFn, check, count
 
 # PEM private keys, from BEGIN to the first END line after it. Without an END line the match
 # (no "key" group, left as it is) takes the rest of the text: every later BEGIN would search
@@ -48,7 +48,8 @@ _SECRET = re.compile(
     r"|\bglpat-[0-9A-Za-z_-]{20,}"
 )
 # Literals one of which every _SECRET alternative contains: most texts have none, and this
-# search is 20x cheaper than _SECRET's word-boundary alternatives.
+# search is much cheaper than _SECRET's word-boundary alternatives (bench/MEASUREMENTS.md:
+# secret marker).
 _SECRET_MARKER = re.compile(r"_live_|_test_|gh[pousr]_|github_pat_|AKIA|AIza|xox[abprs]-|glpat-")
 # E-mail addresses: "\b[A-Za-z0-9._%+-]+@" + domain, matched in linear time. The local part
 # runs back to the first word boundary of its run of local-part characters; so the pattern
@@ -63,7 +64,7 @@ _EMAIL_AT = re.compile(_ADDRESS)
 # Speed: each pattern below starts with a character (class), not with its boundary check, and
 # checks the boundary right after it with a lookbehind: "\d(?<![\d.-]\d)" is
 # "(?<![\d.-])\d". Python's re then jumps from candidate to candidate instead of trying the
-# whole pattern at every position (3-4x faster on web text, same matches).
+# whole pattern at every position (same matches; bench/MEASUREMENTS.md: PII boundary checks).
 _IBAN = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
 # "Not followed by a digit, or by a dot and a digit": a sentence's full stop may follow.
 _CARD = re.compile(r"\d(?<![\d.-]\d)(?:[ -]?\d){12,18}(?![\d-]|\.\d)")
@@ -149,7 +150,7 @@ KINDS = list(dict.fromkeys(kind for kind, *_ in _KINDS))  # each kind once: the 
 
 def redact(text: str, kinds: list[str], deadline: float | None = None) -> tuple[str, Counter]:
     """``text`` with PII replaced, and the number of replacements per kind. ``deadline``
-    (time.monotonic()) is checked before each pass: past it, ``stage.Timeout``."""
+    (time.monotonic()) is checked before each pass: past it, ``deadline.Timeout``."""
     found: Counter = Counter()
     for kind, pattern_sub, verify, maybe in _KINDS:
         if kind not in kinds or (maybe is not None and not maybe(text)):

@@ -27,7 +27,7 @@ from tokenmill.errors import UserError
 from tokenmill.transforms import classifier
 from tokenmill.transforms.classifier import low as classifier_low
 from tokenmill.transforms.doc import drop, stored
-from tokenmill.transforms.stage import Stage, StageFn, check
+from tokenmill.transforms.stage_base import Stage, StageFn, check
 
 _WORD = re.compile(r"\w+(?:['\u2019-]\w+)*")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -84,7 +84,7 @@ def _dup_stats(items: list[str]) -> tuple[float, float]:
 def _ngram_keys(words: list[str], n: int):
     # One int per n-gram (Python's 64-bit tuple hash), made as needed: sets and counters of
     # ints take a third of the memory of the n-gram tuples themselves, which on the largest
-    # pages (200,000 characters) was the peak of the whole pipeline. Two different n-grams of
+    # pages set the pipeline's peak (bench/MEASUREMENTS.md: n-gram keys). Two different n-grams of
     # one document share a key with odds of about 1e-10.
     return map(hash, zip(*(words[k:] for k in range(n))))
 
@@ -128,7 +128,7 @@ def _entropy(counts: Counter) -> float:
 
 def signals(text: str, lang: str | None, cfg: QualityConfig, deadline: float | None = None) -> dict[str, Any]:
     """Every signal of ``text``; ``deadline`` (time.monotonic()) is checked between the passes
-    over the text, each linear in it: past it, ``stage.Timeout``."""
+    over the text, each linear in it: past it, ``deadline.Timeout``."""
     no_space = (lang or "") in cfg.no_space_langs
     words = words_of(text, no_space)
     check(deadline)
@@ -224,17 +224,6 @@ class Rule:
         value = getattr(section, name)
         return value[int(index[:-1])] if index else value
 
-    def broken(self, s: dict[str, Any], lang: str, cfg: QualityConfig) -> bool:
-        value, limit = s[self.signal], self.limit(getattr(cfg, self.family))
-        if self.compare == "min":
-            hit = value < limit
-        elif self.compare == "max":
-            hit = value > limit
-        else:
-            hit = bool(limit and value)
-        return hit and (self.when is None or self.when(s, lang, cfg))
-
-
 _UNIT = (0.0, 1.0, 20, False)
 RULES: tuple[Rule, ...] = (
     Rule("gopher_min_words", "n_words", "gopher", "min", "min_words", report=(0.0, 5.0, 25, True)),
@@ -267,11 +256,34 @@ assert all(r.signal in SIGNALS for r in RULES), "a rule reads a signal signals()
 REASONS = tuple(dict.fromkeys(r.reason for r in RULES))  # in the order they are tried
 
 
+# Per config (one per language at most), the rules of its enabled families with their limits
+# read once: first_failure runs per document.
+_ACTIVE: dict[int, tuple[QualityConfig, list]] = {}
+
+
+def _active(cfg: QualityConfig) -> list[tuple[Rule, Any]]:
+    hit = _ACTIVE.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        hit = _ACTIVE[id(cfg)] = (cfg, [(r, r.limit(getattr(cfg, r.family))) for r in RULES
+                                        if getattr(cfg, r.family).enabled])
+    return hit[1]
+
+
 def first_failure(s: dict[str, Any], lang: str | None, cfg: QualityConfig) -> str | None:
     """The reason of the first rule ``s`` breaks, in RULES' order (Gopher quality, Gopher
     repetition, C4, FineWeb), or None; a family whose section is off is skipped."""
     lang = lang or ""
-    return next((r.reason for r in RULES if getattr(cfg, r.family).enabled and r.broken(s, lang, cfg)), None)
+    for rule, limit in _active(cfg):
+        value = s[rule.signal]
+        if rule.compare == "min":
+            hit = value < limit
+        elif rule.compare == "max":
+            hit = value > limit
+        else:
+            hit = bool(limit and value)
+        if hit and (rule.when is None or rule.when(s, lang, cfg)):
+            return rule.reason
+    return None
 
 
 def quality_score(s: dict[str, Any], lang_score: float | None) -> float:

@@ -15,8 +15,8 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.format import ShardWriter, build_manifest, shard_name, shard_schema
-from tokenmill.transforms.stage import Stage
-from tokenmill.transforms.tempfile import TempFile
+from tokenmill.transforms.atomic_file import TempFile
+from tokenmill.transforms.stage_base import Stage
 
 
 class _HashingSink:

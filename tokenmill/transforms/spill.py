@@ -5,7 +5,8 @@ group's step reads the records back (``Unspilled``).
 Why: Beam's local runners hold every grouped record in memory until its stage runs, and
 FnApiRunner copies a shuffle's input again while cutting it into one part per worker; cluster
 runners ship it by the byte. A reference is ~150 bytes for any number of records, so the
-runner's share of the decide and finish phases no longer grows with the corpus (issue #15).
+runner's share of the decide and finish phases does not grow with the corpus (bench/MEASUREMENTS.md:
+shuffles through files).
 
 A retried bundle writes a new file, and only refs sent by a committed bundle are read, so an
 orphan is never read; the files go with the run's temporary folder. A group's order of refs is

@@ -13,16 +13,16 @@ from tokenmill.transforms import (
     boilerplate,
     decontaminate,
     dedup,
+    extract,
     langid,
     normalize,
     pii,
     quality,
     shards,
-    tokenize,
+    tokenization,
     urlfilter,
 )
-from tokenmill.transforms.extract import stage as extract
-from tokenmill.transforms.stage import Stage
+from tokenmill.transforms.stage_base import Stage
 
 # Reading comes first; prepare.build wires it itself (it makes the documents). Its result is the
 # stored text, as a ``fixed`` stage's is.
@@ -31,7 +31,7 @@ STAGES: list[Stage] = [
     # clean phase: one document after the other
     urlfilter.SPEC, extract.SPEC, normalize.SPEC, langid.SPEC, quality.SPEC, pii.SPEC, decontaminate.SPEC,
     # then on small records and buckets (prepare.decide_and_finish)
-    dedup.SPEC, boilerplate.SPEC, tokenize.SPEC, shards.SPEC,
+    dedup.SPEC, boilerplate.SPEC, tokenization.SPEC, shards.SPEC,
 ]
 ORDER = [READ, *(s.name for s in STAGES)]
 REPORT_COLUMNS: dict[str, tuple | None] = {k: v for s in STAGES for k, v in s.report.items()}

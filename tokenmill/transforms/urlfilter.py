@@ -32,7 +32,7 @@ import re2
 
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import Stage, StageFn, check
+from tokenmill.transforms.stage_base import Stage, StageFn, check
 from tokenmill.transforms.userfiles import lines
 
 STAGE = "url"
@@ -130,7 +130,7 @@ def read_list(paths: list[str]) -> UrlList:
 
 
 def blocked(url: str | None, block: UrlList, allow: UrlList | None, deadline: float | None = None) -> bool:
-    """The pure core: whether a document with this URL is dropped (``deadline``: see stage.check)."""
+    """The pure core: whether a document with this URL is dropped (``deadline``: see deadline.check)."""
     if not url or not block.match(url, deadline):
         return False
     return allow is None or not allow.match(url, deadline)

@@ -1,20 +1,21 @@
 """Exact and near-duplicate removal on small records: one module per step.
 
-text (normalised text, exact hash, shingles) -> minhash (signatures) -> records (a document's
+text (normalised text, exact hash, shingles) -> minhash (signatures) -> nodes (a document's
 node) -> lsh (candidate edges, held as edges: sorted keys + index pairs, and 16-byte handles
 between groups) -> verify (Jaccard estimate) -> components (connected components; unionfind
 is the one union-find) -> survivor (survivor order, verdicts) -> stats (report figures);
-stage wires them into Beam, limits sizes its groups.
+dedup_transform wires them into Beam, limits sizes its groups.
 
-The pure steps import no Beam; the Beam-bound names (components, stage, stats) load on first use,
-and so does ``SPEC``, dedup's entry in the stage list (transforms/stages.py).
+The pure steps import no Beam; the Beam-bound names (components, dedup_transform, stats) load on
+first use, and so does ``SPEC``, dedup's entry in the stage list (transforms/stages.py). Other
+packages use the names in ``__all__``.
 """
 
 from tokenmill.transforms.dedup.edges import Edges, HandleTable, handles
 from tokenmill.transforms.dedup.limits import Limits
 from tokenmill.transforms.dedup.lsh import band_blobs, band_hashes, bucket_edges, exact_reps
 from tokenmill.transforms.dedup.minhash import MinHasher, exact_jaccard, jaccard_estimate
-from tokenmill.transforms.dedup.records import Node, Recorder, takes_part
+from tokenmill.transforms.dedup.nodes import Node, Recorder, takes_part
 from tokenmill.transforms.dedup.survivor import (
     EXACT,
     NEAR,
@@ -48,8 +49,8 @@ __all__ = [
     "verify_local",
 ]
 
-_BEAM = {"ConnectedComponents": "components", "Dedup": "stage", "NodesFn": "stage", "cluster_stats": "stats",
-         "size_bucket": "stats"}
+_BEAM = {"ConnectedComponents": "components", "Dedup": "dedup_transform", "NodesFn": "dedup_transform",
+         "cluster_stats": "stats", "size_bucket": "stats"}
 
 
 NODES = "nodes"  # the clean phase's output of dedup nodes (pipelines/phases.StashFn)
@@ -59,7 +60,7 @@ SIGNATURE_KEYS = ("near", "ngram", "bands", "rows", "seed")
 
 
 class NodeStash:
-    """The clean phase's last step (a ``stage.Stash``): a live document's node (Recorder), its
+    """The clean phase's last step (a ``stage_base.Stash``): a live document's node (Recorder), its
     key on the Locator. A quality.mode=tag run also stores the signature with the document, for
     refilter, which then does not compute it again."""
 
@@ -82,7 +83,7 @@ class NodeStash:
 
 
 def _spec():
-    from tokenmill.transforms.stage import Stage  # Beam: not for the pure steps
+    from tokenmill.transforms.stage_base import Stage  # Beam: not for the pure steps
 
     return Stage("dedup", "dedup", phase="later", report={"dup_cluster": None},
                  stash=lambda cfg, job: NodeStash(cfg, job.quality.mode == "tag"),

@@ -2,10 +2,10 @@
 indices into them; and node handles, 16 bytes standing for a ~150-byte node key where an edge
 leaves its group.
 
-A node key embeds the document id, so that keys sort in survivor order, and Rust doc pages'
-ids are long paths: an edge as two keys was ~300 bytes on the wire and ~400 as Python tuples.
-60k Rust pages give 261k candidate edges; as index pairs they are 16 bytes in a group, and as
-handle pairs 32 bytes between groups.
+A node key embeds the document id, so that keys sort in survivor order, and ids can be long
+paths: an edge as two keys costs hundreds of bytes (bench/MEASUREMENTS.md: edges as index
+pairs). As index pairs edges are 16 bytes in a group, and as handle pairs 32 bytes between
+groups.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """LSH on packed blocks: band keys per node, blobs per LSH partition, candidate edges per bucket.
 
 Band keys and buckets are computed on packed numpy blocks, not one Python element per
-(band, node): 14 Beam elements per document through a GroupByKey cost ~6 us each, more than
-the MinHash itself. As partitions grow with the corpus while a batch stays ``batch_nodes``, a
-band blob holds ~4e9 / nodes keys (430 at 1e7 nodes, a handful at 1e9: back to about one
-element per key, as an element-per-bucket design has throughout). A partition's group is
+(band, node): a Beam element per band and document through a GroupByKey would cost more than
+the MinHash itself (bench/MEASUREMENTS.md: band keys on packed blocks). As partitions grow
+with the corpus while a batch stays ``batch_nodes``, a band blob holds ~4e9 / nodes keys (430
+at 1e7 nodes, a handful at 1e9: back to about one element per key, as an element-per-bucket
+design has throughout). A partition's group is
 sorted in memory by one worker, so one bucket of millions of nodes (near-identical
 boilerplate pages) needs ~100 B per member there.
 """

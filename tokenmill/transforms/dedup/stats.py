@@ -6,7 +6,7 @@ import apache_beam as beam
 
 from tokenmill.config import DedupConfig
 from tokenmill.transforms.dedup.survivor import EXACT, NEAR, Verdict, node_id
-from tokenmill.transforms.stage import CombineOnce
+from tokenmill.transforms.stage_base import CombineOnce
 
 
 def size_bucket(n: int) -> str:

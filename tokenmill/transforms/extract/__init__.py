@@ -5,14 +5,14 @@ heading, list item or table row, with menus, headers, footers, sidebars, cookie 
 comments, share widgets and related-article lists left out. It never raises: a page it cannot
 use comes back with ``text=None`` and a short ``reason``.
 
-How it works, and why this way (every choice was measured with bench/extraction.py):
+How it works, and why this way (bench/MEASUREMENTS.md: HTML extraction):
 
 1. Sniff and decode. Binary junk is refused by magic numbers and control-byte ratio. Bytes are
    decoded by BOM, then strict UTF-8 (most of the web, and the cheapest test), then the declared
    charsets (HTTP header hint, <meta>), and only then statistical detection (charset-normalizer),
    which costs milliseconds and is needed only for undeclared legacy pages.
-2. Parse with lxml's libxml2 HTML parser (about 1 ms for a 150 KB news page, ~50x faster than
-   building a BeautifulSoup tree). libxml2 stops at a nesting depth of 2048 even with
+2. Parse with lxml's libxml2 HTML parser (far faster than building a BeautifulSoup tree).
+   libxml2 stops at a nesting depth of 2048 even with
    huge_tree; such pages are re-parsed by a flat tokenizer (the stdlib's html.parser) into a tree
    capped in depth, so nothing here ever recurses over the tree.
 3. Walk the tree once, iteratively (lxml.etree.iterwalk), into "nodes" (block-level elements:
@@ -33,7 +33,11 @@ The package, a module a concern: ``sniff`` and ``decode`` (step 1), ``tree`` (st
 the attribute cap, the flat fallback), ``walk`` (step 3) with ``hints`` (the class/id vocabularies),
 ``score`` and ``content`` (step 4: scoring and choosing the node; cleaning, retries, polish)
 (the cooperative deadline is every stage's: transforms/deadline.py); ``core`` holds ``extract_html`` and ``Extracted``,
-``stage`` the Beam stage ``ExtractFn``.
+``extract_fn`` the Beam stage ``ExtractFn`` and ``SPEC``, extract's entry in the stage list
+(transforms/stages.py).
+
+Other packages use the names in ``__all__``; the modules' other public names are the package's
+own seams between its modules.
 """
 
 from __future__ import annotations
@@ -44,20 +48,20 @@ from .decode import decode_html
 
 if TYPE_CHECKING:
     from .core import Extracted, extract_html
-    from .stage import ExtractFn, extract_doc
+    from .extract_fn import SPEC, ExtractFn, extract_doc
 
-__all__ = ["ExtractFn", "Extracted", "decode_html", "extract_doc", "extract_html"]
+__all__ = ["SPEC", "ExtractFn", "Extracted", "decode_html", "extract_doc", "extract_html"]
 
 
 def __getattr__(name: str):
     # Loaded on first use: ``core`` imports lxml, which a pipeline that never meets HTML does not
-    # pay for; ``stage`` imports Beam, which the pure core does not need.
+    # pay for; ``extract_fn`` imports Beam, which the pure core does not need.
     if name in ("Extracted", "extract_html"):
         from . import core
 
         return getattr(core, name)
-    if name in ("ExtractFn", "extract_doc"):
-        from . import stage
+    if name in ("SPEC", "ExtractFn", "extract_doc"):
+        from . import extract_fn
 
-        return getattr(stage, name)
+        return getattr(extract_fn, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,19 +7,19 @@ import re
 
 from tokenmill.transforms.deadline import check
 
-from .score import _Aggregates, _ancestors, _choose, _score
-from .walk import _HEADINGS, _Page
+from .score import Aggregates, ancestors, choose, score
+from .walk import HEADINGS, Page
 
 _CLEAN_TAGS = frozenset("div section ul ol dl table form fieldset header figure details center".split())
-# Less text than this means "try again with fewer filters" (Readability uses 500; measured, 200
-# keeps short articles from being swapped for their page's boilerplate).
+# Less text than this means "try again with fewer filters" (Readability uses 500; 200 keeps
+# short articles from being swapped for their page's boilerplate: bench/MEASUREMENTS.md).
 _CHAR_THRESHOLD = 200
 _LEAD_MIN = 80  # shortest paragraph taken from the article's lead (shorter: bylines, dates, kickers)
 
 
 def _clean(
-    pg: _Page,
-    ag: _Aggregates,
+    pg: Page,
+    ag: Aggregates,
     scores: dict[int, float],
     chosen: set[int],
     keep: set[int],
@@ -45,7 +45,7 @@ def _clean(
             continue
         tag = tags[i]
         weight = weights[i] if use_weights else 0
-        if tag in _HEADINGS:
+        if tag in HEADINGS:
             # Headings named like boilerplate ("Related", "Comments") go; real ones stay.
             dropped[i] = weight < 0 or ag.link_density(i) > 0.5
             continue
@@ -77,13 +77,13 @@ def _norm(s: str) -> str:
     return " ".join(re.findall(r"\w+", s.lower()))
 
 
-def _title_heading(pg: _Page, title: str | None, kept: list[int]) -> int | None:
+def title_heading(pg: Page, title: str | None, kept: list[int]) -> int | None:
     """Index of the block that repeats the page title (the article's headline), if any."""
     if not title:
         return None
     t = _norm(title)
     for j in kept:
-        if pg.tag[pg.b_node[j]] in _HEADINGS:
+        if pg.tag[pg.b_node[j]] in HEADINGS:
             h = _norm(pg.b_text[j])
             # "<h1>Headline</h1>" vs "<title>Headline - Site name</title>"
             if h and (
@@ -98,11 +98,11 @@ def _title_heading(pg: _Page, title: str | None, kept: list[int]) -> int | None:
     return None
 
 
-def _attempt(pg: _Page, strip_unlikely: bool, use_weights: bool, clean: bool, deadline: float) -> list[int]:
+def _attempt(pg: Page, strip_unlikely: bool, use_weights: bool, clean: bool, deadline: float) -> list[int]:
     """The blocks (indices) of the main content under one setting of the filters."""
-    ag = _Aggregates(pg, strip_unlikely)
-    scores = _score(pg, ag, use_weights, deadline)
-    parent, chosen, best, lead = _choose(pg, ag, scores)
+    ag = Aggregates(pg, strip_unlikely)
+    scores = score(pg, ag, use_weights, deadline)
+    parent, chosen, best, lead = choose(pg, ag, scores)
     check(deadline)
     n = len(pg.tag)
     parents = pg.parent
@@ -114,12 +114,12 @@ def _attempt(pg: _Page, strip_unlikely: bool, use_weights: bool, clean: bool, de
     if lead >= 0:
         # Nodes inside the article that come before the first chosen node and do not contain it.
         first = min(chosen)
-        on_path = set(_ancestors(pg, first))
+        on_path = set(ancestors(pg, first))
         for i in range(lead + 1, first):
             if i not in on_path:
                 inside[i] = in_lead[i] = True
     # The wrappers between the chosen nodes and the best candidate are part of the choice.
-    keep = chosen | {best} | set(_ancestors(pg, best))
+    keep = chosen | {best} | set(ancestors(pg, best))
     dropped = _clean(pg, ag, scores, chosen, keep, inside, use_weights) if clean else [False] * n
     excluded = ag.excluded
     out = []
@@ -129,7 +129,7 @@ def _attempt(pg: _Page, strip_unlikely: bool, use_weights: bool, clean: bool, de
         if in_lead[node]:
             # From the lead only subheadings and real paragraphs: not bylines, dates, kickers.
             length = pg.b_len[j]
-            if (pg.tag[node] in _HEADINGS and length >= 10) or (
+            if (pg.tag[node] in HEADINGS and length >= 10) or (
                 length >= _LEAD_MIN and pg.b_link[j] < 0.1 * length
             ):
                 out.append(j)
@@ -140,7 +140,7 @@ def _attempt(pg: _Page, strip_unlikely: bool, use_weights: bool, clean: bool, de
     return out
 
 
-def _main_blocks(pg: _Page, deadline: float) -> list[int]:
+def main_blocks(pg: Page, deadline: float) -> list[int]:
     best: list[int] = []
     best_len = -1
     # Readability's retries: each step trusts the page's markup less.
@@ -165,7 +165,7 @@ _SHORT_LINK_LINE = 40
 _ESCAPED_TAG_RE = re.compile(r"^<[a-zA-Z/!][^<>]*>$")
 
 
-def _polish(pg: _Page, blocks: list[int]) -> list[int]:
+def polish(pg: Page, blocks: list[int]) -> list[int]:
     """Line-level clean-up of the chosen blocks: a short line that is all link ("Back to top",
     "Comment", "Print") is a control, not text; a line that is one escaped tag ("&lt;img ...>"
     in the page's text) is markup; headings left at the end introduced a list that has been
@@ -176,6 +176,6 @@ def _polish(pg: _Page, blocks: list[int]) -> list[int]:
         if not (pg.b_len[j] < _SHORT_LINK_LINE and pg.b_link[j] >= 0.9 * pg.b_len[j])
         and not _ESCAPED_TAG_RE.match(pg.b_text[j])
     ]
-    while out and pg.tag[pg.b_node[out[-1]]] in _HEADINGS:
+    while out and pg.tag[pg.b_node[out[-1]]] in HEADINGS:
         out.pop()
     return out

@@ -11,11 +11,11 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import Timeout, check
 
-from .content import _main_blocks, _polish, _title_heading
+from .content import main_blocks, polish, title_heading
 from .decode import decode_html
-from .sniff import _looks_binary, _looks_binary_text
-from .tree import _parse
-from .walk import _JUNK_TAGS, _walk
+from .sniff import looks_binary, looks_binary_text
+from .tree import parse
+from .walk import JUNK_TAGS, walk
 
 
 @dataclass
@@ -77,12 +77,12 @@ def extract_html(
             return Extracted(None, "too_large")
         if isinstance(raw, (bytes, bytearray, memoryview)):
             raw = bytes(raw)
-            if _looks_binary(raw):
+            if looks_binary(raw):
                 return Extracted(None, "binary_content")
             text, encoding = decode_html(raw, encoding_hint)
         elif isinstance(raw, str):
             text = raw
-            if _looks_binary_text(text):
+            if looks_binary_text(text):
                 return Extracted(None, "binary_content")
         else:
             return Extracted(None, "parse_error")
@@ -91,20 +91,20 @@ def extract_html(
         if not text or text.isspace():
             return Extracted(None, "no_text", encoding=encoding)
         check(deadline)
-        root = _parse(text, deadline)
+        root = parse(text, deadline)
         if root is None:
             return Extracted(None, "no_text", encoding=encoding)
         check(deadline)
         title = _get_title(root)
-        etree.strip_elements(root, *_JUNK_TAGS, with_tail=False)
+        etree.strip_elements(root, *JUNK_TAGS, with_tail=False)
         body = _body(root)
-        pg = _walk(body, deadline)
-        blocks = _main_blocks(pg, deadline)
-        headline = _title_heading(pg, title, blocks)
+        pg = walk(body, deadline)
+        blocks = main_blocks(pg, deadline)
+        headline = title_heading(pg, title, blocks)
         if headline is not None:
             title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
             blocks = [j for j in blocks if j != headline]
-        lines = [pg.b_text[j] for j in _polish(pg, blocks)]
+        lines = [pg.b_text[j] for j in polish(pg, blocks)]
         if include_title and title:
             lines.insert(0, title)
         if not lines:

@@ -7,7 +7,7 @@ import codecs
 import re
 from functools import lru_cache
 
-from .sniff import _SNIFF, _utf16_without_bom
+from .sniff import SNIFF, utf16_without_bom
 
 _BOMS = (
     (codecs.BOM_UTF8, "utf-8"),
@@ -144,7 +144,7 @@ def decode_html(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str]
         return raw.decode("utf-8"), "utf-8"  # the fast path: most pages (and every ASCII page)
     except UnicodeDecodeError as exc:
         utf8_error_at = exc.start
-    utf16 = _utf16_without_bom(raw[:_SNIFF])
+    utf16 = utf16_without_bom(raw[:SNIFF])
     if utf16:
         return raw.decode(utf16, "replace"), utf16
 

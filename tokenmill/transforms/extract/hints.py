@@ -7,16 +7,17 @@ import re
 from functools import lru_cache
 
 # Node flags: set by the walk (from these hints, roles and itemprop), read by the scoring.
-_F_UNLIKELY = 1  # a "soft" negative class/id/role: excluded unless it holds much prose
-_F_BOILERPLATE = 2  # a "hard" negative class/id: excluded unless it holds the <article>
-_F_POSITIVE = 4  # schema.org articleBody and the like
-_F_ANY_UNLIKELY = _F_UNLIKELY | _F_BOILERPLATE
+F_UNLIKELY = 1  # a "soft" negative class/id/role: excluded unless it holds much prose
+F_BOILERPLATE = 2  # a "hard" negative class/id: excluded unless it holds the <article>
+F_POSITIVE = 4  # schema.org articleBody and the like
+F_ANY_UNLIKELY = F_UNLIKELY | F_BOILERPLATE
 
 
 # Class/id hints, in the spirit of Readability's lists, extended with today's consent,
 # newsletter and recommendation widgets. Long words match anywhere in a lower-cased class name
-# or id (one literal alternation: ~10x faster than a re.I pattern with lookarounds); short words
-# must be a whole word of kebab/snake case, so that "ad" does not hit "header" or "load".
+# or id (one literal alternation, faster than a re.I pattern with lookarounds:
+# bench/MEASUREMENTS.md, class/id hints); short words must be a whole word of kebab/snake case,
+# so that "ad" does not hit "header" or "load".
 class _Words:
     __slots__ = ("parts", "words")
 
@@ -57,7 +58,7 @@ _POSITIVE = _Words(
     "article body content entry hentry h-entry main page pagination post text blog story prose"
 )
 # An <article> or <main> is the content unless it is one of many (comments, teasers).
-_UNLIKELY_ARTICLE_RE = re.compile(r"comment|repl(?:y|ies)|related|recommend|teaser|card", re.I)
+UNLIKELY_ARTICLE_RE = re.compile(r"comment|repl(?:y|ies)|related|recommend|teaser|card", re.I)
 # WordPress and friends list the post's tags and categories as classes ("tag-social-media").
 _TAXONOMY_PREFIXES = ("tag-", "category-", "categories-", "topic-")
 _H_MAYBE, _H_BOILERPLATE, _H_UNLIKELY, _H_NEGATIVE, _H_POSITIVE = 1, 2, 4, 8, 16
@@ -92,7 +93,7 @@ def _name_hints_cached(name: str) -> int:
 
 
 @lru_cache(maxsize=8192)
-def _hints(class_: str, id_: str) -> tuple[int, int]:
+def hints(class_: str, id_: str) -> tuple[int, int]:
     """(unlikely flags, Readability-style class weight) for an element's class and id."""
     class_bits = 0
     for name in class_.split():
@@ -107,9 +108,9 @@ def _hints(class_: str, id_: str) -> tuple[int, int]:
     unlikely = 0
     if not both & _H_MAYBE:
         if both & _H_BOILERPLATE:
-            unlikely = _F_BOILERPLATE
+            unlikely = F_BOILERPLATE
         elif both & _H_UNLIKELY:
-            unlikely = _F_UNLIKELY
+            unlikely = F_UNLIKELY
     weight = 0
     for bits in (class_bits, id_bits):
         if bits & _H_NEGATIVE:

@@ -7,8 +7,8 @@ import re
 
 from tokenmill.transforms.deadline import check
 
-from .hints import _F_ANY_UNLIKELY, _F_BOILERPLATE, _F_POSITIVE
-from .walk import _HEADINGS, _Page
+from .hints import F_ANY_UNLIKELY, F_BOILERPLATE, F_POSITIVE
+from .walk import HEADINGS, Page
 
 # Blocks whose text Readability scores as a paragraph: the score goes to the element's parent.
 _PARAGRAPH_TAGS = frozenset("p pre td h2 h3 h4 h5 h6 blockquote".split())
@@ -30,15 +30,15 @@ _ARTICLE_MAX_LD = 0.3  # an <article> more link-heavy than this is a list of tea
 _SENTENCE_END_RE = re.compile(r"[.!?。！？](?:\s|$)")
 
 
-class _Aggregates:
+class Aggregates:
     """Per-node sums over the subtree, leaving out excluded nodes."""
 
     __slots__ = ("excluded", "text", "link", "commas", "n_p", "n_li", "heading", "listed", "children")
 
-    def __init__(self, pg: _Page, strip_unlikely: bool):
+    def __init__(self, pg: Page, strip_unlikely: bool):
         n = len(pg.tag)
         tags, parents, flags = pg.tag, pg.parent, pg.flags
-        unlikely = [bool(f & _F_ANY_UNLIKELY) for f in flags] if strip_unlikely else [False] * n
+        unlikely = [bool(f & F_ANY_UNLIKELY) for f in flags] if strip_unlikely else [False] * n
         if strip_unlikely:
             # A wrapper named "has-sidebar" or "nav-container" that holds the <article> is layout,
             # not a sidebar: an unlikely node that contains a likely content container is kept,
@@ -52,12 +52,12 @@ class _Aggregates:
                 p = parents[i]
                 prose[p] += prose[i]
                 if holds_content[i] or (
-                    not unlikely[i] and (tags[i] in ("article", "main") or flags[i] & _F_POSITIVE)
+                    not unlikely[i] and (tags[i] in ("article", "main") or flags[i] & F_POSITIVE)
                 ):
                     holds_content[p] = True
             for i in range(n):
                 if unlikely[i] and (
-                    holds_content[i] or (not flags[i] & _F_BOILERPLATE and prose[i] >= _MUCH_PROSE)
+                    holds_content[i] or (not flags[i] & F_BOILERPLATE and prose[i] >= _MUCH_PROSE)
                 ):
                     unlikely[i] = False
         excluded = [False] * n
@@ -73,7 +73,7 @@ class _Aggregates:
                 text[node] += length
                 link[node] += ln
                 commas[node] += cm
-                if tags[node] in _HEADINGS:
+                if tags[node] in HEADINGS:
                     heading[node] += length
         n_p = [0] * n
         n_li = [0] * n
@@ -102,7 +102,7 @@ class _Aggregates:
         return self.link[i] / t if t else 0.0
 
 
-def _score(pg: _Page, ag: _Aggregates, use_weights: bool, deadline: float) -> dict[int, float]:
+def score(pg: Page, ag: Aggregates, use_weights: bool, deadline: float) -> dict[int, float]:
     """Readability's scores: every paragraph of 25+ characters gives 1 + commas + length/100 (at
     most 3) to its parent in full, its grandparent half, and further ancestors a third of that
     per level; every scored node starts from a tag bonus and its class weight."""
@@ -130,7 +130,7 @@ def _score(pg: _Page, ag: _Aggregates, use_weights: bool, deadline: float) -> di
     return scores
 
 
-def _ancestors(pg: _Page, i: int) -> list[int]:
+def ancestors(pg: Page, i: int) -> list[int]:
     out = []
     p = pg.parent[i]
     while p >= 0:
@@ -139,7 +139,7 @@ def _ancestors(pg: _Page, i: int) -> list[int]:
     return out
 
 
-def _choose(pg: _Page, ag: _Aggregates, scores: dict[int, float]) -> tuple[int, set[int], int, int]:
+def choose(pg: Page, ag: Aggregates, scores: dict[int, float]) -> tuple[int, set[int], int, int]:
     """(parent of the content, the chosen children of that parent, best-scored candidate, the
     <article> whose part before the content is its lead, or -1)."""
     parents = pg.parent
@@ -151,7 +151,7 @@ def _choose(pg: _Page, ag: _Aggregates, scores: dict[int, float]) -> tuple[int, 
     top_score = scores[top]
     # Several near-best candidates under one ancestor: the article is split in sections; take
     # the ancestor that holds at least three of them.
-    alternatives = [set(_ancestors(pg, c)) for c in ranked[1:5] if scores[c] >= 0.75 * top_score]
+    alternatives = [set(ancestors(pg, c)) for c in ranked[1:5] if scores[c] >= 0.75 * top_score]
     if len(alternatives) >= 3:
         p = parents[top]
         while p > root:
@@ -177,7 +177,7 @@ def _choose(pg: _Page, ag: _Aggregates, scores: dict[int, float]) -> tuple[int, 
     # An ancestor that scores nearly as well holds more of the article (the best node was a
     # big table or a section inside it).
     near = _NEAR_BEST * scores.get(top, top_score)
-    for p in _ancestors(pg, top):
+    for p in ancestors(pg, top):
         if p <= root:
             break
         if scores.get(p, 0.0) >= near:

@@ -40,10 +40,10 @@ _MAGIC = (
 # (ESC is how ISO-2022-JP switches character sets).
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27))
 _CONTROL_CHARS_RE = re.compile("[\x00-\x08\x0e-\x1a\x1c-\x1f]")
-_SNIFF = 8192
+SNIFF = 8192
 
 
-def _utf16_without_bom(sample: bytes) -> str | None:
+def utf16_without_bom(sample: bytes) -> str | None:
     """'utf-16-le'/'utf-16-be' when the NULs sit on every other byte, as in UTF-16 ASCII text."""
     even, odd = sample[0::2].count(0), sample[1::2].count(0)
     half = len(sample) // 2
@@ -54,15 +54,15 @@ def _utf16_without_bom(sample: bytes) -> str | None:
     return None
 
 
-def _looks_binary(raw: bytes) -> bool:
-    head = raw[:_SNIFF]
+def looks_binary(raw: bytes) -> bool:
+    head = raw[:SNIFF]
     if head.startswith(_MAGIC) or head[4:12] in (b"ftypisom", b"ftypmp42", b"ftypM4A "):
         return True
     n_control = len(head) - len(head.translate(None, _CONTROL_BYTES))
     # Real HTML has practically none; random or compressed bytes have ~12%.
-    return n_control > max(8, 0.01 * len(head)) and _utf16_without_bom(head) is None
+    return n_control > max(8, 0.01 * len(head)) and utf16_without_bom(head) is None
 
 
-def _looks_binary_text(text: str) -> bool:
-    head = text[:_SNIFF]
+def looks_binary_text(text: str) -> bool:
+    head = text[:SNIFF]
     return len(_CONTROL_CHARS_RE.findall(head)) > max(8, 0.01 * len(head))

@@ -10,7 +10,7 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
-from .walk import _INLINE
+from .walk import INLINE
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
@@ -72,7 +72,7 @@ class _FlatTreeBuilder(_StdlibTokenizer):
                     break
         if len(self.stack) >= _MAX_FLAT_DEPTH:
             self.overflow += 1
-            if tag not in _INLINE:
+            if tag not in INLINE:
                 self._child("br")
             return
         el = self._child(tag)
@@ -118,11 +118,12 @@ def _parse_flat(text: str, deadline: float) -> etree._Element:
 
 
 # libxml2 checks each attribute of a tag against all earlier ones: parse time grows with the
-# square of a tag's attribute count (40,000 attributes: 11 s), in C, where no deadline reaches.
+# square of a tag's attribute count, in C, where no deadline reaches (bench/MEASUREMENTS.md:
+# attribute cap).
 # So a tag's attributes are capped before parsing. The patterns follow the HTML5 tokenizer (which
 # libxml2 >= 2.14 implements): a quote opens a value only after "=", so a tag ends where libxml2
 # ends it. Every quantifier is possessive and the sweep is one anchored match, so the scan is
-# linear whatever the input (~2 ns/byte); real pages never reach the cap.
+# linear whatever the input; real pages never reach the cap.
 _MAX_ATTRS = 1000
 _WS = rb"\t\n\f\r "
 _ATTR = rb"(?:[%s/]*+[^%s/>][^%s/>=]*+(?:[%s]*+=[%s]*+(?:\"[^\"]*+\"?|'[^']*+'?|[^%s>]++))?+)" % ((_WS,) * 6)
@@ -140,7 +141,7 @@ def _cap_attributes(data: bytes) -> bytes:
     return _TAG_ATTRS.sub(rb"\1", data)
 
 
-def _parse(text: str, deadline: float) -> etree._Element | None:
+def parse(text: str, deadline: float) -> etree._Element | None:
     parser = etree.HTMLParser(
         remove_comments=True,
         remove_pis=True,

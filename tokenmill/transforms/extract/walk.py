@@ -1,5 +1,5 @@
 """The one walk over the tree: block-level elements to flat lists of nodes and runs of text
-(``_Page``), hidden and junk elements skipped; everything afterwards works on these lists."""
+(``Page``), hidden and junk elements skipped; everything afterwards works on these lists."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
-from .hints import _F_BOILERPLATE, _F_POSITIVE, _F_UNLIKELY, _UNLIKELY_ARTICLE_RE, _hints
+from .hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
 
 # Removed with their subtree before the walk (their tail text is kept). Forms are not here:
 # ASP.NET pages wrap the whole page in one. Nor are <nav>, <aside> and <footer>: broken markup
 # sometimes leaves the whole page inside one, so they are only "unlikely" (see _CHROME_TAGS).
-_JUNK_TAGS = (
+JUNK_TAGS = (
     *"""script style noscript template iframe frame frameset svg math canvas object embed applet video
     audio source track picture img map area button input select option optgroup textarea datalist output
     progress meter dialog link meta base head search figcaption""".split(),
@@ -23,11 +23,11 @@ _JUNK_TAGS = (
 )
 # Inline tags: they never break a line. Everything else (including unknown / custom elements,
 # which are nearly always containers) is a block.
-_INLINE = frozenset(
+INLINE = frozenset(
     "a abbr acronym b bdi bdo big blink cite code data del dfn em font i ins kbd label mark nobr q "
     "rp rt rtc ruby s samp small span strike strong sub sup time tt u var wbr br".split()
 )
-_HEADINGS = frozenset("h1 h2 h3 h4 h5 h6".split())
+HEADINGS = frozenset("h1 h2 h3 h4 h5 h6".split())
 _CHROME_TAGS = frozenset("nav menu aside footer".split())
 
 _HIDDEN_STYLE_RE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
@@ -48,7 +48,7 @@ _UNLIKELY_ROLES = frozenset(
 _POSITIVE_ITEMPROP = re.compile(r"articleBody|reviewBody|text", re.I)
 
 
-class _Page:
+class Page:
     """The flat result of the walk: block-level elements ("nodes", in document order, so a
     parent always has a smaller index than its children) and runs of text ("blocks")."""
 
@@ -102,8 +102,8 @@ def _paragraph_points(text: str) -> float:
     return 2 + _commas(text) + min(n // 100, _LENGTH_CAP)
 
 
-def _walk(top: etree._Element, deadline: float) -> _Page:
-    pg = _Page()
+def walk(top: etree._Element, deadline: float) -> Page:
+    pg = Page()
     tags, parents, ends, weights, flags, classes = pg.tag, pg.parent, pg.end, pg.weight, pg.flags, pg.cls
     b_text, b_node, b_len, b_link, b_commas = pg.b_text, pg.b_node, pg.b_len, pg.b_link, pg.b_commas
     b_points = pg.b_points
@@ -165,37 +165,37 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
                 if "class" in keys:
                     cls = el.get("class")
                 # A heading's id is an anchor made of its text ("nav_..." in heise's TOC ids).
-                id_ = el.get("id") if "id" in keys and tag not in _HEADINGS else ""
+                id_ = el.get("id") if "id" in keys and tag not in HEADINGS else ""
                 if (
                     "hidden" in keys
                     or ("aria-hidden" in keys and el.get("aria-hidden") == "true")
                     or ("style" in keys and _is_hidden_style(el.get("style")))
                     or (cls and not _HIDDEN_CLASSES.isdisjoint(cls.split()))
                 ):
-                    if buf and tag not in _INLINE:
+                    if buf and tag not in INLINE:
                         flush()
                     walker.skip_subtree()
                     skipping = el
                     continue
                 if (cls or id_) and tag != "a":  # links are never skipped for their names
-                    unlikely, weight = _hints(cls, id_)
+                    unlikely, weight = hints(cls, id_)
                 if "role" in keys and el.get("role") in _UNLIKELY_ROLES:
-                    unlikely |= _F_UNLIKELY
+                    unlikely |= F_UNLIKELY
                 if "itemprop" in keys and _POSITIVE_ITEMPROP.search(el.get("itemprop")):
-                    flag |= _F_POSITIVE
+                    flag |= F_POSITIVE
                     weight += 25
                     unlikely = 0
             if tag in _CHROME_TAGS:
-                unlikely |= _F_UNLIKELY
+                unlikely |= F_UNLIKELY
             if unlikely and (
-                not stack or (tag in ("article", "main") and not _UNLIKELY_ARTICLE_RE.search(cls))
+                not stack or (tag in ("article", "main") and not UNLIKELY_ARTICLE_RE.search(cls))
             ):
                 unlikely = 0  # the page itself and semantic content containers are never unlikely
-            if tag in _INLINE:
+            if tag in INLINE:
                 if tag == "br":
                     buf.append(_BR)
                     continue
-                if unlikely & _F_BOILERPLATE:  # e.g. <span class="share-count">
+                if unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
                     walker.skip_subtree()
                     skipping = el
                     continue
@@ -224,7 +224,7 @@ def _walk(top: etree._Element, deadline: float) -> _Page:
                 skipping = None
             else:
                 tag = el.tag
-                if tag in _INLINE:
+                if tag in INLINE:
                     if tag == "a":
                         link_depth -= 1
                 else:

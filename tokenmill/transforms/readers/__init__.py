@@ -24,7 +24,10 @@ the Beam counter ``read.skipped.warc_<type>``.
 All I/O goes through Beam's ``FileSystems``, so ``gs://`` and ``s3://`` paths work too.
 
 The package, a module a concern: ``inputs`` (step 1), ``tasks`` (step 2), ``streams`` (opening and
-inflating files), ``records`` (JSONL, Parquet, HTML, txt) and ``warc``; here, the reading of a task.
+inflating files), ``json_and_text`` (JSONL, Parquet, HTML, txt) and ``warc``; here, the reading of a
+task, and (``read_fn``, loaded on first use) ``ReadFn``, the Beam step that reads tasks. Other
+packages use the names in ``__all__``; the modules' other public names are the package's own seams
+between its modules.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ from typing import Any
 from tokenmill.config import ReadConfig
 
 from .inputs import GLOB_CHARS, InputFile, InputScan, detect_format, resolve_inputs, scan_inputs
-from .records import read_html, read_jsonl, read_parquet, read_txt
-from .streams import _broken
+from .json_and_text import read_html, read_jsonl, read_parquet, read_txt
+from .streams import broken
 from .tasks import (
     MAX_FILES_PER_TASK,
     MIN_TASKS,
@@ -50,7 +53,7 @@ from .tasks import (
 from .warc import read_warc
 
 __all__ = [
-    "GLOB_CHARS", "MAX_FILES_PER_TASK", "MIN_TASKS", "FileRange", "InputFile", "InputScan", "Unit",
+    "GLOB_CHARS", "MAX_FILES_PER_TASK", "MIN_TASKS", "FileRange", "InputFile", "InputScan", "ReadFn", "Unit",
     "detect_format", "files_in", "plan_task", "plan_units", "read_html", "read_jsonl", "read_parquet",
     "read_task", "read_txt", "read_unit", "read_warc", "resolve_inputs", "scan_inputs", "write_input_list",
 ]
@@ -65,13 +68,13 @@ def read_unit(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     try:
         yield from reader(unit, cfg)
     except FileNotFoundError as e:
-        yield _broken(f.rel, f, "file_vanished", e)
+        yield broken(f.rel, f, "file_vanished", e)
     except PermissionError as e:
-        yield _broken(f.rel, f, "unreadable_file", e)
+        yield broken(f.rel, f, "unreadable_file", e)
     except OSError:
         raise  # I/O trouble (a storage hiccup): Beam retries the work
     except Exception as e:  # a library's surprise on hostile bytes: one row, not a dead job
-        yield _broken(f.rel, f, "reader_error", e)
+        yield broken(f.rel, f, "reader_error", e)
 
 
 def read_task(task: FileRange | Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
@@ -85,3 +88,11 @@ def read_task(task: FileRange | Unit, cfg: ReadConfig) -> Iterator[dict[str, Any
                 yield unit
             else:
                 yield from read_unit(unit, cfg)
+
+
+def __getattr__(name: str):
+    if name == "ReadFn":  # a Beam DoFn that imports this package: loaded on first use
+        from .read_fn import ReadFn
+
+        return ReadFn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

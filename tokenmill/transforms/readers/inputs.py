@@ -53,7 +53,7 @@ def detect_format(path: str) -> str | None:
     return None
 
 
-def _compression(path: str) -> str | None:
+def compression(path: str) -> str | None:
     p = path.lower()
     if p.endswith(".gz"):
         return "gzip"

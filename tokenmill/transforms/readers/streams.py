@@ -16,38 +16,38 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
 
-from .inputs import InputFile, _compression
+from .inputs import InputFile, compression
 
 log = logging.getLogger("tokenmill")
 
 # Errors a broken compressed stream raises part-way through.
-_STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError, zstandard.ZstdError)
+STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError, zstandard.ZstdError)
 
 
-class _InflateLimit(Exception):
+class InflateLimit(Exception):
     """A compressed file inflated past its limit (ReadConfig.max_inflated_bytes)."""
 
 
-def _inflate_limit(f: InputFile, cfg: ReadConfig) -> int:
+def inflate_limit(f: InputFile, cfg: ReadConfig) -> int:
     # With the ratio, the work stays proportional to the bytes stored, and a 10 GB .jsonl.zst
     # still reads whole, while a small gzip of newlines stops early.
     return max(cfg.max_inflated_bytes, int(cfg.max_inflate_ratio * f.size))
 
 
-def _stream_reason(e: BaseException) -> str:
+def stream_reason(e: BaseException) -> str:
     """The drop reason for the error that stopped a file part-way."""
-    if isinstance(e, _InflateLimit):
+    if isinstance(e, InflateLimit):
         return "inflate_limit"
     return "truncated_file" if isinstance(e, EOFError) else "corrupt_file"
 
 
-def _open_raw(path: str) -> IO[bytes]:
+def open_raw(path: str) -> IO[bytes]:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _open_decompressed(f: InputFile) -> IO[bytes]:
-    raw = _open_raw(f.path)
-    comp = _compression(f.rel)
+def open_decompressed(f: InputFile) -> IO[bytes]:
+    raw = open_raw(f.path)
+    comp = compression(f.rel)
     if comp == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if comp == "zstd":
@@ -102,20 +102,20 @@ class _ZstdFrames:
         self.raw.close()
 
 
-def _broken(doc_id: str, f: InputFile, reason: str, e: BaseException) -> dict[str, Any]:
+def broken(doc_id: str, f: InputFile, reason: str, e: BaseException) -> dict[str, Any]:
     """A dropped row for a file that broke part-way, and one log line saying where and why."""
     log.warning("read: %s in %s (%s: %s); records before it are kept", reason, f.path, type(e).__name__, e)
     return new_doc(doc_id, f.path, dropped_by=f"read:{reason}")
 
 
-def _read_capped(fh: IO[bytes], limit: int) -> bytes | None:
+def read_capped(fh: IO[bytes], limit: int) -> bytes | None:
     """All of ``fh``, or None when it holds more than ``limit`` bytes (the rest is left unread:
     no work for what is dropped)."""
     data = fh.read(limit + 1)
     return data if len(data) <= limit else None
 
 
-def _read_line(fh: IO[bytes], limit: int, budget: int | None = None) -> tuple[bytes | None, int]:
+def read_line(fh: IO[bytes], limit: int, budget: int | None = None) -> tuple[bytes | None, int]:
     """One line (with its newline) and its length; (None, length) when longer than ``limit``.
     The skip of a long line stops once past ``budget`` bytes (a compressed file's inflate limit)."""
     line = fh.readline(limit + 1)
@@ -131,7 +131,7 @@ def _read_line(fh: IO[bytes], limit: int, budget: int | None = None) -> tuple[by
     return None, seen
 
 
-def _skip_blank_lines(fh: IO[bytes], most: int) -> int:
+def skip_blank_lines(fh: IO[bytes], most: int) -> int:
     """Skip the whole blank lines at ``fh``'s position a buffer at a time (at most ``most``
     bytes); returns how many bytes. A file of a billion newlines costs its inflating, not a
     billion turns of a Python loop."""

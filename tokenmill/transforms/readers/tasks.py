@@ -14,8 +14,8 @@ from tokenmill.config import ReadConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import new_doc
 
-from .inputs import InputFile, _compression, detect_format
-from .streams import _broken, _open_raw
+from .inputs import InputFile, compression, detect_format
+from .streams import broken, open_raw
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def plan_units(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
     if f.size == 0:
         yield new_doc(f.rel, f.path, dropped_by="read:empty_file")
         return
-    if fmt == "jsonl" and _compression(f.rel) is None and f.size > cfg.split_bytes:
+    if fmt == "jsonl" and compression(f.rel) is None and f.size > cfg.split_bytes:
         for start in range(0, f.size, cfg.split_bytes):
             yield Unit(f, fmt, start, min(start + cfg.split_bytes, f.size), nbytes=min(cfg.split_bytes, f.size - start))
         return
@@ -56,10 +56,10 @@ def _plan_parquet(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
     import pyarrow.parquet as pq
 
     try:
-        with _open_raw(f.path) as fh:
+        with open_raw(f.path) as fh:
             meta = pq.ParquetFile(fh).metadata
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError on a corrupt footer
-        yield _broken(f.rel, f, "corrupt_file", e)
+        yield broken(f.rel, f, "corrupt_file", e)
         return
     if meta.num_rows == 0:  # a valid file without a record: one row says so
         yield new_doc(f.rel, f.path, dropped_by="read:empty_file")
@@ -80,8 +80,9 @@ def _plan_parquet(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
             start, first_row, acc = i + 1, row, 0
 
 
-# The runner moves, shuffles and tracks every element, and Beam's local FnApiRunner holds 5-10x
-# the bytes of what it shuffles, so tasks are tiny: a byte range of the input list file.
+# The runner moves, shuffles and tracks every element, and Beam's local FnApiRunner holds
+# several times the bytes of what it shuffles (bench/MEASUREMENTS.md: read tasks are tiny), so
+# tasks are tiny: a byte range of the input list file.
 # Small files are read in runs of up to this many per task ...
 MAX_FILES_PER_TASK = 64
 # ... but never fewer tasks than this (when there are that many files), so every worker of a
@@ -106,7 +107,7 @@ class FileRange:
 
 def _may_split(f: InputFile, cfg: ReadConfig) -> bool:
     fmt = detect_format(f.rel)
-    return f.size > cfg.split_bytes and (fmt == "parquet" or (fmt == "jsonl" and _compression(f.rel) is None))
+    return f.size > cfg.split_bytes and (fmt == "parquet" or (fmt == "jsonl" and compression(f.rel) is None))
 
 
 def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list[FileRange]:

@@ -13,18 +13,18 @@ from warcio.bufferedreaders import BufferedReader, ChunkedDataReader, Decompress
 
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
-from tokenmill.transforms.stage import count
+from tokenmill.transforms.stage_base import count
 
 from .inputs import InputFile
-from .records import _decode_text
+from .json_and_text import decode_text
 from .streams import (
-    _STREAM_ERRORS,
-    _broken,
-    _inflate_limit,
-    _InflateLimit,
-    _open_raw,
-    _read_capped,
-    _stream_reason,
+    STREAM_ERRORS,
+    InflateLimit,
+    broken,
+    inflate_limit,
+    open_raw,
+    read_capped,
+    stream_reason,
 )
 from .tasks import Unit
 
@@ -104,7 +104,7 @@ class _WarcStream(_StrictInflate, DecompressingBufferedReader):
     def _decompress(self, data: bytes) -> bytes:
         out = super()._decompress(data)
         if self.inflated > self.limit:
-            raise _InflateLimit(f"inflates past {self.limit} bytes")
+            raise InflateLimit(f"inflates past {self.limit} bytes")
         return out
 
     def pos(self) -> int:
@@ -267,7 +267,7 @@ def _warc_doc(record, block: _Block, f: InputFile, cfg: ReadConfig, rid: str) ->
         return new_doc(rid, f.path, url=url, dropped_by="read:unsupported_media_type")
     body = _content(record, block)
     try:
-        payload = _read_capped(body, cfg.max_record_bytes)
+        payload = read_capped(body, cfg.max_record_bytes)
         if payload is not None and isinstance(body, _StrictInflate) and body.unfinished():
             raise _BadEncoding("the body ends inside its compressed data")
     except _BadEncoding:
@@ -276,7 +276,7 @@ def _warc_doc(record, block: _Block, f: InputFile, cfg: ReadConfig, rid: str) ->
         return new_doc(rid, f.path, url=url, dropped_by="read:too_large")
     if mtype != "text/plain":
         return new_doc(rid, f.path, url=url, html=payload, encoding=charset)
-    text, bad = _decode_text(payload, charset)
+    text, bad = decode_text(payload, charset)
     return new_doc(rid, f.path, url=url, text=text, dropped_by=bad and f"read:{bad}")
 
 
@@ -289,8 +289,8 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     f = unit.file
     loader = ArcWarcRecordLoader(verify_http=False, arc2warc=True)
     n = 0  # document records so far: the id of a row where a record has none
-    with _open_raw(f.path) as fh:
-        stream = _WarcStream(fh, _inflate_limit(f, cfg))
+    with open_raw(f.path) as fh:
+        stream = _WarcStream(fh, inflate_limit(f, cfg))
         try:
             line = _next_header(stream)
             if line and not _is_header(line):
@@ -316,18 +316,18 @@ def read_warc(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
                         raise EOFError("the file ends inside a record")
                     line = _next_header(stream)
                 length = record.rec_headers.get_header("Content-Length") or ""
-                broken = (short or block.boundary is not None or not length.strip().isdigit()
-                          or (line and not _is_header(line)))
-                if broken and doc is None:
+                framing_broken = (short or block.boundary is not None or not length.strip().isdigit()
+                                  or (line and not _is_header(line)))
+                if framing_broken and doc is None:
                     count("read.skipped.warc_length_mismatch")  # no document: counted, as its kind is
-                elif broken:
+                elif framing_broken:
                     yield new_doc(doc["id"], f.path, url=doc["url"], dropped_by="read:warc_length_mismatch")
                 elif doc is not None:
                     yield doc  # before the next member is read: its damage is not this record's
                 n += doc is not None
-                if broken:
+                if framing_broken:
                     stream, line = _resync(stream, block, line)
                 elif not line:
                     line = _next_header(stream)  # the next gzip member
-        except (ArchiveLoadFailed, _InflateLimit, *_STREAM_ERRORS) as e:
-            yield _broken(f"{f.rel}#{n}", f, _stream_reason(e), e)  # n: the records before the break
+        except (ArchiveLoadFailed, InflateLimit, *STREAM_ERRORS) as e:
+            yield broken(f"{f.rel}#{n}", f, stream_reason(e), e)  # n: the records before the break

@@ -15,7 +15,7 @@ from tokenmill.errors import UserError
 from tokenmill.transforms.extract import extract_doc
 from tokenmill.transforms.normalize import normalize_text
 from tokenmill.transforms.readers import Unit, plan_units, read_unit, resolve_inputs
-from tokenmill.transforms.tokenize import train_tokenizer
+from tokenmill.transforms.tokenization import train_tokenizer
 
 
 def prepared_texts(out: str) -> Iterator[str]:

@@ -37,8 +37,8 @@ _COUNTERS: dict[str, Any] = {}
 
 
 def count(name: str, n: int = 1) -> None:
-    # Metrics.counter() builds and validates a MetricName on every call (1.4 us, and stages
-    # count twice per document); the counter it returns finds the running step's container at
+    # Metrics.counter() builds and validates a MetricName on every call (and stages count twice
+    # per document: bench/MEASUREMENTS.md); the counter it returns finds the running step's container at
     # each inc(), so one per name serves every step, bundle and thread.
     counter = _COUNTERS.get(name)
     if counter is None:
@@ -185,7 +185,7 @@ class CombineOnce(beam.PTransform):
     """``CombineGlobally(fn)``: exactly one output, also for an empty input (``fn``'s output for
     no inputs; ``fn`` never outputs None). CombineGlobally's own default reads the output
     through a side input, which kept it decoded in a worker and encoded in the runner until the
-    job's end (the tokenizer sample: ~10 MB at 60k pages; the boilerplate sketch: 64 MB). Here
+    job's end (the tokenizer sample; the boilerplate sketch: 64 MB; bench/MEASUREMENTS.md). Here
     the output (or nothing) meets a None seed in a second combine, over at most two elements.
     The seed joins after the first combine, which stays lifted into its producer's stage:
     flattened before it, the inputs themselves (the report's documents) would wait in the

@@ -1,6 +1,6 @@
 """Live progress of a local ``prepare``: one line, redrawn every second, in every local mode.
 
-Each worker writes its running counts to a file of its own (transforms/progress.py); the
+Each worker writes its running counts to a file of its own (transforms/progress_counts.py); the
 launcher sums the files (``read_totals``) and draws the line (``Display``). The whole cost is
 one tiny file write per worker per second.
 
@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 
-from tokenmill.transforms.progress import INTERVAL
+from tokenmill.transforms.progress_counts import INTERVAL
 
 
 def read_totals(folder: str) -> Counter:

@@ -30,8 +30,8 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 # Peak learning rate per preset when optim.lr is not set: GPT-3's table (Brown et al. 2020,
-# table 2.1: 125M 6e-4, 350M 3e-4, 1.3B 2e-4). tiny (~4M with a 32k vocab) is below the table;
-# 3e-3 was measured on the bundled sample (bench/train_cpu.py): loss 8.4 -> see the README.
+# table 2.1: 125M 6e-4, 350M 3e-4, 1.3B 2e-4). tiny (~4M with a 32k vocab) is below the table:
+# its 3e-3 was chosen on the bundled sample (bench/MEASUREMENTS.md: tiny preset's learning rate).
 PRESET_LR: dict[str, float] = {"tiny": 3e-3, "125m": 6e-4, "350m": 3e-4, "1b": 2e-4}
 DEFAULT_LR = 3e-4  # a shape given dimension by dimension
 

@@ -5,7 +5,7 @@
    puts them in one component: copies that meet in one batch are merged first (the smallest
    key stays), the others link to their smallest node in every bucket. The last join by ``h``
    finds each group's representative and tells exact copies from near ones.
-2. MinHash signatures come with the records (records.Recorder).
+2. MinHash signatures come with the records (nodes.Recorder).
 3. LSH on packed blocks (lsh), verification in two joins (verify), or, for a job whose LSH has
    one partition, in that partition's group, which then labels the nodes itself.
 4. Connected components (components).
@@ -33,7 +33,7 @@ from tokenmill.transforms.dedup.components import NS, ConnectedComponents
 from tokenmill.transforms.dedup.edges import Edges
 from tokenmill.transforms.dedup.limits import Limits
 from tokenmill.transforms.dedup.lsh import band_blobs, bucket_edges, exact_reps
-from tokenmill.transforms.dedup.records import Recorder
+from tokenmill.transforms.dedup.nodes import Recorder
 from tokenmill.transforms.dedup.survivor import exact_verdicts, node_hash, sized
 from tokenmill.transforms.dedup.unionfind import star_forest, union_find_components
 from tokenmill.transforms.spill import Spiller, SpillFn, Unspilled, emit_refs, read_spill
@@ -157,8 +157,8 @@ class _EdgeSink(beam.DoFn):
     ('labels', ready for the final join) and the components get nothing to do; any other group
     hands its edges on to the components as a star forest. Blobs bound for a verification join
     go through the bundle's spill file (``_to_join``): join 2's carry first ends' signatures, and
-    held in the runner's group buffers they took it from ~190 to ~700 MB at 60k pages with 8
-    LSH partitions (issue #15)."""
+    held in the runner's group buffers they would grow the runner with the corpus
+    (bench/MEASUREMENTS.md: join blobs spilled)."""
 
     LABELS = "labels"
 

@@ -4,7 +4,7 @@ Beam reports a worker's counters to the runner only when a bundle ends, and in
 multi_processing mode the launcher sees them only at the end of the job. So each worker
 process keeps its own running counts (``Reporter``) and writes them, at most once a second
 and at the end of every bundle, to a small JSON file of its own in the run's stage folder
-(``.tmp/progress/``, never published). The launcher's side (pipelines/progress.py) sums the
+(``.tmp/progress/``, never published). The launcher's side (pipelines/progress_line.py) sums the
 files and draws the line.
 """
 

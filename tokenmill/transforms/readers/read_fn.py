@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tokenmill.transforms.progress import reporter
+from tokenmill.transforms.progress_counts import reporter
 from tokenmill.transforms.readers import read_task
-from tokenmill.transforms.stage import count
+from tokenmill.transforms.stage_base import count
 
 
 class ReadFn(beam.DoFn):

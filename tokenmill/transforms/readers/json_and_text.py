@@ -11,18 +11,18 @@ from typing import Any
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
 
-from .inputs import _compression
+from .inputs import compression
 from .streams import (
-    _STREAM_ERRORS,
-    _broken,
-    _inflate_limit,
-    _InflateLimit,
-    _open_decompressed,
-    _open_raw,
-    _read_capped,
-    _read_line,
-    _skip_blank_lines,
-    _stream_reason,
+    STREAM_ERRORS,
+    InflateLimit,
+    broken,
+    inflate_limit,
+    open_decompressed,
+    open_raw,
+    read_capped,
+    read_line,
+    skip_blank_lines,
+    stream_reason,
 )
 from .tasks import Unit
 
@@ -54,7 +54,7 @@ def _ascii_compatible(name: str) -> bool:
         return False
 
 
-def _decode_text(data: bytes, charset: str | None) -> tuple[str | None, str | None]:
+def decode_text(data: bytes, charset: str | None) -> tuple[str | None, str | None]:
     """(text, None), or (None, reason). A label Python does not know (``x-unknown``, ``binary``)
     falls back to UTF-8, so ASCII under an odd label reads; bytes that fit neither are
     ``unknown_charset``, and ``invalid_utf8`` is said only where UTF-8 was what they had to be."""
@@ -77,7 +77,7 @@ def _record_from_mapping(obj: dict, cfg: ReadConfig, default_id: str, source: st
     url = obj.get(cfg.url_field)
     text = obj.get(cfg.text_field)
     if isinstance(text, bytes):  # a Parquet binary column
-        text, bad = _decode_text(text, None)
+        text, bad = decode_text(text, None)
         if bad:
             return new_doc(rid, source, url=url, dropped_by=f"read:{bad}")
     html = obj.get(cfg.html_field) if cfg.html_field else None
@@ -109,25 +109,25 @@ def _json_record(line: bytes, cfg: ReadConfig, default_id: str, source: str) -> 
 
 def read_jsonl(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     f = unit.file
-    limit = _inflate_limit(f, cfg) if _compression(f.rel) else None  # a plain file's size bounds it
+    limit = inflate_limit(f, cfg) if compression(f.rel) else None  # a plain file's size bounds it
     # Compressed files are never split: they stop past their inflate limit.
     stop = unit.end if unit.end is not None else limit + 1 if limit is not None else 1 << 62
-    with _open_decompressed(f) as fh:
+    with open_decompressed(f) as fh:
         pos = 0
         if unit.start > 0:
             # Start after the first newline at or past start-1: the previous unit owns the
             # line that straddles the boundary (it reads while a line *starts* before its end).
             fh.seek(unit.start - 1)
-            _, skipped = _read_line(fh, cfg.max_record_bytes)
+            _, skipped = read_line(fh, cfg.max_record_bytes)
             pos = unit.start - 1 + skipped
         while pos < stop:
             default_id = f"{f.rel}:{pos}"  # byte offset: the same however the file is split
             try:
-                blank = _skip_blank_lines(fh, stop - pos)
+                blank = skip_blank_lines(fh, stop - pos)
                 budget = None if limit is None else limit - pos
-                line, n = (b"", blank) if blank else _read_line(fh, cfg.max_record_bytes, budget)
-            except _STREAM_ERRORS as e:
-                yield _broken(default_id, f, _stream_reason(e), e)
+                line, n = (b"", blank) if blank else read_line(fh, cfg.max_record_bytes, budget)
+            except STREAM_ERRORS as e:
+                yield broken(default_id, f, stream_reason(e), e)
                 return
             if n == 0:
                 return
@@ -137,7 +137,7 @@ def read_jsonl(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
             elif line.strip():
                 yield _json_record(line, cfg, default_id, f.path)
         if limit is not None and pos > limit:
-            yield _broken(f"{f.rel}:{pos}", f, "inflate_limit", _InflateLimit(f"inflates past {limit} bytes"))
+            yield broken(f"{f.rel}:{pos}", f, "inflate_limit", InflateLimit(f"inflates past {limit} bytes"))
 
 
 # Rows per Arrow batch: a batch is decoded whole (and then made Python objects), so this many
@@ -153,9 +153,9 @@ def read_parquet(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
 
     f = unit.file
     row = unit.first_row
-    limit, inflated = _inflate_limit(f, cfg), 0
+    limit, inflated = inflate_limit(f, cfg), 0
     try:
-        with _open_raw(f.path) as fh:
+        with open_raw(f.path) as fh:
             pf = pq.ParquetFile(fh)
             wanted = {cfg.id_field, cfg.url_field, cfg.text_field, cfg.html_field} - {None}
             columns = [c for c in pf.schema_arrow.names if c in wanted]
@@ -170,23 +170,23 @@ def read_parquet(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
                     inflated += sum(len(v) for v in (obj.get(cfg.text_field), obj.get(cfg.html_field or ""))
                                     if isinstance(v, (str, bytes)))
                     if inflated > limit:
-                        yield _broken(f"{f.rel}:{row}", f, "inflate_limit",
-                                      _InflateLimit(f"its text passes {limit} bytes"))
+                        yield broken(f"{f.rel}:{row}", f, "inflate_limit",
+                                      InflateLimit(f"its text passes {limit} bytes"))
                         return
                     yield _record_from_mapping(obj, cfg, f"{f.rel}:{row}", f.path)
                     row += 1
     except Exception as e:  # a corrupt page or footer: keep what was read, say where it broke
-        yield _broken(f"{f.rel}:{row}", f, "corrupt_file", e)
+        yield broken(f"{f.rel}:{row}", f, "corrupt_file", e)
 
 
 def _read_whole(unit: Unit, cfg: ReadConfig) -> tuple[bytes | None, dict | None]:
     """The bytes of a one-document file, or a dropped doc saying why not."""
     f = unit.file
     try:
-        with _open_decompressed(f) as fh:
-            data = _read_capped(fh, cfg.max_record_bytes)
-    except _STREAM_ERRORS as e:
-        return None, _broken(f.rel, f, _stream_reason(e), e)
+        with open_decompressed(f) as fh:
+            data = read_capped(fh, cfg.max_record_bytes)
+    except STREAM_ERRORS as e:
+        return None, broken(f.rel, f, stream_reason(e), e)
     if data is None:
         return None, new_doc(f.rel, f.path, dropped_by="read:too_large")
     if not data.strip():
@@ -204,5 +204,5 @@ def read_txt(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     if bad:
         yield bad
         return
-    text, bad = _decode_text(data, None)
+    text, bad = decode_text(data, None)
     yield new_doc(unit.file.rel, unit.file.path, text=text, dropped_by=bad and f"read:{bad}")

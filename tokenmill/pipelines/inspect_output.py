@@ -13,7 +13,7 @@ from tokenmill.errors import UserError
 from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
 from tokenmill.terminal import console as safe_console
 from tokenmill.terminal import markup as m
-from tokenmill.transforms.tokenize import tokenizer_from_json
+from tokenmill.transforms.tokenization import tokenizer_from_json
 
 
 def first_docs(path: str, n: int) -> list[tuple[str, list[int]]]:

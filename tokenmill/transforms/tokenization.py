@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from tokenmill import native
 from tokenmill.errors import UserError
-from tokenmill.transforms.stage import CombineOnce, Stage, Stash, count
+from tokenmill.transforms.stage_base import CombineOnce, Stage, Stash, count
 
 EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
 # Common EOS spellings, tried in order when a user's tokenizer is loaded and none is named.
@@ -70,7 +70,8 @@ def tokenizer_from_json(text: str, where: str = "tokenizer", checked: bool = Fal
 
 def read_tokenizer_json(path: str) -> str:
     """The JSON text of the user's tokenizer, not parsed (``check_tokenizer`` does that once per
-    job: parsing a 128k-vocab tokenizer takes ~0.5 s); one clear error line if unreadable."""
+    job: parsing a large vocabulary is slow, bench/MEASUREMENTS.md); one clear error line if
+    unreadable."""
     from apache_beam.io.filesystems import FileSystems
 
     try:
@@ -104,8 +105,9 @@ def find_eos(tok, eos_token: str | None) -> int:
 
 def tokenizer_info(tok_json: str, eos_token: str | None = None, tok=None) -> dict[str, Any]:
     """What the manifest and the shard metadata say about the tokenizer (``tok``: the
-    Tokenizer already built from ``tok_json``, if the caller has it)."""
-    tok = tok or tokenizer_from_json(tok_json)
+    Tokenizer already built from ``tok_json``, if the caller has it). The tokenizer is one the
+    job trained or one the launcher's check_tokenizer tried in a child: not tried again."""
+    tok = tok or tokenizer_from_json(tok_json, checked=True)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     if vocab > MAX_VOCAB:
         raise UserError(f"tokenizer vocab of {vocab:,} does not fit in uint32 token ids")
@@ -133,8 +135,8 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def encode_texts(tok, texts: list[str], eos_id: int, dtype: np.dtype) -> list[np.ndarray]:
     """Token ids of each text with EOS appended, as compact arrays (cheap to ship between workers).
-    ``encode_batch_fast`` gives the same ids without character offsets: 1.6-1.8x faster than
-    ``encode_batch``, and ~25 MB less held per worker, on the 22,783 kept documents of 60k Rust pages."""
+    ``encode_batch_fast`` gives the same ids without character offsets: faster than
+    ``encode_batch``, and less held per worker (bench/MEASUREMENTS.md: encode_batch_fast)."""
     encs = tok.encode_batch_fast(texts, add_special_tokens=False)
     out = []
     for e in encs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tokenmill.config import ExtractConfig
 from tokenmill.transforms.doc import drop
-from tokenmill.transforms.stage import Stage, StageFn
+from tokenmill.transforms.stage_base import Stage, StageFn
 
 
 def extract_doc(doc: dict, cfg: ExtractConfig) -> dict:
