@@ -263,3 +263,20 @@ def test_big_splittable_file_is_its_own_task_and_read_once(tmp_path):
     assert len(units) > 20 and all(isinstance(u, Unit) for u in units)
     ids = [r["id"] for r in _tasks_records(tasks, cfg)]
     assert sorted(ids) == sorted([f"b{i}" for i in range(500)] + ["s"])
+
+
+def test_every_format_is_one_entry_that_everything_reads():
+    """A format is one FORMATS entry: its names detect it, its reader loads, its split rule and
+    its size estimate come from the entry (a reader without an estimate cannot mis-size buckets)."""
+    from tokenmill.transforms.buckets import estimate_token_bytes
+    from tokenmill.transforms.readers.formats import FORMATS, INFLATE, format_of, reader, split_rule
+
+    for f in FORMATS:
+        assert callable(reader(f.name))
+        for suffix in f.suffixes:
+            name = "x" + suffix
+            assert format_of(name) is f and detect_format(name) == f.name
+            assert estimate_token_bytes(name, 1000) == 1000 * f.token_ratio * (INFLATE if f.inflates else 1)
+            assert estimate_token_bytes(name + ".gz", 1000) == 1000 * f.token_ratio * INFLATE
+            assert split_rule(name) == f.split
+            assert split_rule(name + ".gz") == (f.split if f.split != "bytes" else None)  # no byte ranges in gzip

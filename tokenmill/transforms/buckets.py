@@ -25,14 +25,10 @@ import xxhash
 import zstandard
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
+from tokenmill.transforms.readers.formats import estimate_token_bytes  # noqa: F401 - sized here
+
 TMP = ".tmp"  # under the run's stage folder; removed before the output is published
 
-# Token bytes per input byte, for sizing only (a wrong guess changes shard sizes, not output
-# content): text formats ~0.4 (about 4.5 characters a token, 2 bytes each); HTML and WARC
-# ~0.05 (the main text is a small part of a page's bytes); compressed files inflate ~4x.
-_TEXT_RATIO, _MARKUP_RATIO, _INFLATE = 0.4, 0.05, 4.0
-_MARKUP = (".html", ".htm", ".xhtml", ".warc", ".arc")
-_COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz", ".parquet")
 # At least this many buckets: the finish phase runs one bucket per worker at a time, and a small
 # job of one bucket would leave all but one worker idle.
 MIN_BUCKETS = 4
@@ -41,20 +37,12 @@ MAX_BUCKETS = 100_000
 _zstd = threading.local()
 
 
-def estimate_token_bytes(path: str, size: int) -> float:
-    name = path.lower()
-    inflate = _INFLATE if name.endswith(_COMPRESSED) else 1.0
-    for ext in _COMPRESSED:
-        name = name.removesuffix(ext)
-    return size * inflate * (_MARKUP_RATIO if name.endswith(_MARKUP) else _TEXT_RATIO)
-
-
 def bucket_count(files, target_bytes: int, explicit: int = 0) -> int:
     """Buckets (= shards per split) for inputs ``files`` (with ``path`` and ``size``): about
     ``target_bytes`` of tokens each, or ``explicit`` when set."""
     if explicit:
         return explicit
-    est = sum(estimate_token_bytes(f.path, f.size) for f in files)
+    est = sum(estimate_token_bytes(f.rel, f.size) for f in files)  # the name that tells the format
     return min(MAX_BUCKETS, max(MIN_BUCKETS, math.ceil(est / target_bytes)))
 
 

@@ -37,7 +37,8 @@ from typing import Any
 
 from tokenmill.config import ReadConfig
 
-from .inputs import GLOB_CHARS, InputFile, InputScan, detect_format, resolve_inputs, scan_inputs
+from .formats import FORMATS, detect_format, reader
+from .inputs import GLOB_CHARS, InputFile, InputScan, resolve_inputs, scan_inputs
 from .json_and_text import read_html, read_jsonl, read_parquet, read_txt
 from .streams import broken
 from .tasks import (
@@ -53,7 +54,7 @@ from .tasks import (
 from .warc import read_warc
 
 __all__ = [
-    "GLOB_CHARS", "MAX_FILES_PER_TASK", "MIN_TASKS", "FileRange", "InputFile", "InputScan", "ReadFn", "Unit",
+    "FORMATS", "GLOB_CHARS", "MAX_FILES_PER_TASK", "MIN_TASKS", "FileRange", "InputFile", "InputScan", "ReadFn", "Unit",
     "detect_format", "files_in", "plan_task", "plan_units", "read_html", "read_jsonl", "read_parquet",
     "read_task", "read_txt", "read_unit", "read_warc", "resolve_inputs", "scan_inputs", "write_input_list",
 ]
@@ -61,12 +62,9 @@ __all__ = [
 
 def read_unit(unit: Unit, cfg: ReadConfig) -> Iterator[dict[str, Any]]:
     """Stream the records of one unit. Never raises for bad data: bad parts become dropped rows."""
-    reader = {"jsonl": read_jsonl, "parquet": read_parquet, "warc": read_warc, "html": read_html, "txt": read_txt}[
-        unit.fmt
-    ]
     f = unit.file
     try:
-        yield from reader(unit, cfg)
+        yield from reader(unit.fmt)(unit, cfg)
     except FileNotFoundError as e:
         yield broken(f.rel, f, "file_vanished", e)
     except PermissionError as e:

@@ -19,6 +19,8 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import path_text
 
+from .formats import detect_format
+
 log = logging.getLogger("tokenmill")
 
 GLOB_CHARS = set("*?[")
@@ -31,35 +33,6 @@ class InputFile:
     # name that tells the format. Bytes of a name that are not UTF-8 are written \\xNN.
     rel: str
     size: int
-
-
-def detect_format(path: str) -> str | None:
-    """The reader for ``path`` by its name, or None when no reader handles it."""
-    name = posixpath.basename(path).lower()
-    for ext in (".gz", ".zst", ".zstd"):
-        if name.endswith(ext):
-            name = name[: -len(ext)]
-            break
-    if name.endswith((".warc", ".arc", ".wet", ".wat")) or ".warc." in name:
-        return None if name.endswith(".wat") else "warc"
-    if name.endswith((".jsonl", ".ndjson", ".json")):
-        return "jsonl"
-    if name.endswith(".parquet"):
-        return "parquet"
-    if name.endswith((".html", ".htm", ".xhtml")):
-        return "html"
-    if name.endswith(".txt"):
-        return "txt"
-    return None
-
-
-def compression(path: str) -> str | None:
-    p = path.lower()
-    if p.endswith(".gz"):
-        return "gzip"
-    if p.endswith((".zst", ".zstd")):
-        return "zstd"
-    return None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
 
-from .inputs import compression
+from .formats import compression
 from .streams import (
     STREAM_ERRORS,
     InflateLimit,

@@ -16,7 +16,8 @@ from apache_beam.io.filesystems import FileSystems
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
 
-from .inputs import InputFile, compression
+from .formats import compression
+from .inputs import InputFile
 
 log = logging.getLogger("tokenmill")
 

@@ -14,7 +14,8 @@ from tokenmill.config import ReadConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import new_doc
 
-from .inputs import InputFile, compression, detect_format
+from .formats import detect_format, split_rule
+from .inputs import InputFile
 from .streams import broken, open_raw
 
 
@@ -42,17 +43,18 @@ def plan_units(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
     if f.size == 0:
         yield new_doc(f.rel, f.path, dropped_by="read:empty_file")
         return
-    if fmt == "jsonl" and compression(f.rel) is None and f.size > cfg.split_bytes:
+    rule = split_rule(f.rel)
+    if rule == "bytes" and f.size > cfg.split_bytes:
         for start in range(0, f.size, cfg.split_bytes):
             yield Unit(f, fmt, start, min(start + cfg.split_bytes, f.size), nbytes=min(cfg.split_bytes, f.size - start))
         return
-    if fmt == "parquet":
-        yield from _plan_parquet(f, cfg)
+    if rule == "row_groups":
+        yield from _plan_row_groups(f, fmt, cfg)
         return
     yield Unit(f, fmt)
 
 
-def _plan_parquet(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
+def _plan_row_groups(f: InputFile, fmt: str, cfg: ReadConfig) -> Iterator[Unit | dict]:
     import pyarrow.parquet as pq
 
     try:
@@ -76,7 +78,7 @@ def _plan_parquet(f: InputFile, cfg: ReadConfig) -> Iterator[Unit | dict]:
             done += acc
             share = f.size * done // total - credited
             credited += share
-            yield Unit(f, "parquet", start, i + 1, first_row, nbytes=share)
+            yield Unit(f, fmt, start, i + 1, first_row, nbytes=share)
             start, first_row, acc = i + 1, row, 0
 
 
@@ -106,8 +108,7 @@ class FileRange:
 
 
 def _may_split(f: InputFile, cfg: ReadConfig) -> bool:
-    fmt = detect_format(f.rel)
-    return f.size > cfg.split_bytes and (fmt == "parquet" or (fmt == "jsonl" and compression(f.rel) is None))
+    return f.size > cfg.split_bytes and split_rule(f.rel) is not None
 
 
 def write_input_list(files: list[InputFile], path: str, cfg: ReadConfig) -> list[FileRange]:
