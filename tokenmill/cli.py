@@ -295,6 +295,15 @@ def _number(kind: type, lo: float, hi: float):
     return parse
 
 
+def _export_format(name: str) -> str:
+    """An argparse type: a format pipelines/export_formats declares."""
+    from tokenmill.pipelines.export_formats import FORMATS
+
+    if name not in FORMATS:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(FORMATS)}")
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tokenmill",
@@ -393,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write the shards as Megatron .bin/.idx, nanoGPT train.bin/val.bin or MosaicML MDS",
                        allow_abbrev=False)
     p.add_argument("out", metavar="OUT", help="a prepared output folder")
-    p.add_argument("--format", required=True, choices=["megatron", "nanogpt", "mds"])
+    p.add_argument("--format", required=True, type=_export_format, help="megatron, nanogpt or mds")
     p.add_argument("--output", required=True, metavar="DIR")
     p.set_defaults(func=cmd_export)
 

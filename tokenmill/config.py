@@ -395,8 +395,17 @@ class ShardsConfig(Section):
     buckets: int = Field(default=0, ge=0, le=100_000, description="Shards per split, and the finish phase's units of "
         "work. 0: from the input size, about target_bytes of tokens each (at least 4). Fixed up front: it does not "
         "wait for totals.")
-    formats: list[Literal["megatron", "nanogpt", "mds"]] = Field(default=[], description="Also write the shards in "
-        "these formats, under OUT/export/<format>/ (`tokenmill export`).")
+    formats: list[str] = Field(default=[], description="Also write the shards in these formats (megatron, "
+        "nanogpt, mds), under OUT/export/<format>/ (`tokenmill export`).")
+
+    @field_validator("formats")
+    @classmethod
+    def _known_formats(cls, v: list[str]) -> list[str]:
+        from tokenmill.pipelines.export_formats import FORMATS  # declared there, once
+
+        if unknown := [f for f in v if f not in FORMATS]:
+            raise ValueError(f"{unknown[0]!r} is not one of {', '.join(FORMATS)}")
+        return v
 
 
 class ReportConfig(Section):

@@ -34,7 +34,8 @@ import struct
 import sys
 import types
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +45,6 @@ from tokenmill.errors import UserError
 from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
 from tokenmill.pipelines.output import check_separate
 
-FORMATS = ("megatron", "nanogpt", "mds")
 WRITTEN = ".tokenmill-export.json"  # in an export folder: the files that export wrote
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 MEGATRON_DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
@@ -108,9 +108,7 @@ def write_megatron(out: str, manifest: dict, split: str, prefix: str) -> int:
 
 def write_nanogpt(out: str, manifest: dict, folder: str) -> int:
     tok = manifest["tokenizer"]
-    if tok["vocab_size"] > 65536:
-        raise UserError(f"--format nanogpt: nanoGPT reads uint16 ids, and {out}'s tokenizer has "
-                        f"{tok['vocab_size']:,} tokens: use --format megatron, or a tokenizer of at most 65,536")
+    _nanogpt_fits("--format", lambda: tok["vocab_size"])
     written = 0
     for split in ("train", "val"):
         with FileSystems.create(FileSystems.join(folder, f"{split}.bin")) as fh:
@@ -164,20 +162,56 @@ def write_mds(out: str, manifest: dict, folder: str) -> int:
     return written
 
 
+def _megatron_splits(out: str, manifest: dict, folder: str) -> int:
+    return sum(write_megatron(out, manifest, split, FileSystems.join(folder, f"{split}_text_document"))
+               for split in ("train", "val") if manifest["splits"].get(split, {}).get("shards"))
+
+
+def _nanogpt_fits(where: str, vocab: Callable[[], int]) -> None:
+    if (n := vocab()) > 65536:
+        raise UserError(f"{where}: nanogpt reads uint16 ids and the tokenizer has {n:,} tokens: "
+                        f"use megatron, or a tokenizer of at most 65,536")
+
+
+def _mds_loads(where: str, vocab: Callable[[], int]) -> None:
+    import_streaming()
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """An export format: ``write(out, manifest, folder)`` returns the token bytes written;
+    ``check(where, vocab)`` refuses, in one line and before any work, what it cannot write
+    (``vocab``: the tokenizer's size, computed only if asked); prepare's shards.formats and
+    ``tokenmill export`` both call it."""
+
+    name: str
+    write: Callable[[str, dict, str], int]
+    check: Callable[[str, Callable[[], int]], None] | None = None
+
+
+# Every export format, declared once: the CLI, shards.formats and both checks read it.
+EXPORTS: dict[str, ExportFormat] = {e.name: e for e in (
+    ExportFormat("megatron", _megatron_splits),
+    ExportFormat("nanogpt", write_nanogpt, _nanogpt_fits),
+    ExportFormat("mds", write_mds, _mds_loads),
+)}
+FORMATS = tuple(EXPORTS)
+
+
+def export_format(name: str) -> ExportFormat:
+    if name not in EXPORTS:
+        raise UserError(f"--format {name}: not one of {', '.join(FORMATS)}")
+    return EXPORTS[name]
+
+
 def export(out: str, fmt: str, folder: str) -> int:
     """One format of OUT into ``folder`` (the tokenizer copied beside it); returns token bytes written."""
-    if fmt not in FORMATS:
-        raise UserError(f"--format {fmt}: not one of {', '.join(FORMATS)}")
+    writer = export_format(fmt).write
     manifest = load_manifest(out)
     if not FileSystems.exists(folder):
         FileSystems.mkdirs(folder)
     FileSystems.copy([tokenizer_path(out, manifest)], [FileSystems.join(folder, "tokenizer.json")])
-    if fmt == "nanogpt":
-        return write_nanogpt(out, manifest, folder)
-    if fmt == "mds":
-        return write_mds(out, manifest, folder)
-    return sum(write_megatron(out, manifest, split, FileSystems.join(folder, f"{split}_text_document"))
-               for split in ("train", "val") if manifest["splits"].get(split, {}).get("shards"))
+    return writer(out, manifest, folder)
 
 
 def _written_before(target: str) -> list[str]:
@@ -212,10 +246,11 @@ def _inside(target: str, rel: str) -> bool:
 def export_to(out: str, fmt: str, target: str) -> int:
     """``tokenmill export``: ``fmt`` of OUT into the folder ``target`` (see the module
     docstring); returns token bytes written."""
-    if fmt not in FORMATS:
-        raise UserError(f"--format {fmt}: not one of {', '.join(FORMATS)}")
+    spec = export_format(fmt)
     manifest = load_manifest(out)
     check_vocab(out, manifest)
+    if spec.check is not None:
+        spec.check("--format", lambda: manifest["tokenizer"]["vocab_size"])
     problems = verify_output(out, manifest)
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""

@@ -20,8 +20,7 @@ from tokenmill import __version__
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
 from tokenmill.pipelines import launch, output, phases, progress_line
-from tokenmill.pipelines.export_formats import export as export_format
-from tokenmill.pipelines.export_formats import import_streaming
+from tokenmill.pipelines.export_formats import export, export_format
 from tokenmill.pipelines.phases import FinishFn, StashFn
 from tokenmill.transforms import doc as docmod
 from tokenmill.transforms import shards, stages, tokenization
@@ -55,15 +54,15 @@ def check_settings(cfg: JobConfig) -> None:
         raise UserError("shards.enabled needs tokenize.enabled (shards hold token ids)")
     if cfg.shards.formats and not cfg.shards.enabled:
         raise UserError("shards.formats needs shards.enabled (the formats are written from the shards)")
-    if "mds" in cfg.shards.formats:
-        import_streaming()  # one line now, if mosaicml-streaming is missing, not after the job
-    if "nanogpt" in cfg.shards.formats:
-        vocab = (tokenization.tokenizer_info(tokenization.read_tokenizer_json(cfg.tokenize.tokenizer),
-                                             cfg.tokenize.eos_token)
-                 ["vocab_size"] if cfg.tokenize.tokenizer else cfg.tokenize.vocab_size)
-        if vocab > 65536:
-            raise UserError(f"shards.formats: nanogpt reads uint16 ids and the tokenizer has {vocab:,} tokens: "
-                            f"use megatron, or a vocab of at most 65,536")
+    def vocab() -> int:
+        if not cfg.tokenize.tokenizer:
+            return cfg.tokenize.vocab_size
+        return tokenization.tokenizer_info(tokenization.read_tokenizer_json(cfg.tokenize.tokenizer),
+                                           cfg.tokenize.eos_token)["vocab_size"]
+
+    for fmt in cfg.shards.formats:  # one line now (mosaicml-streaming missing, ids past uint16), not after the job
+        if (spec := export_format(fmt)).check is not None:
+            spec.check("shards.formats", vocab)
 
 
 def clean_steps(cfg: JobConfig) -> list[tuple[str, Any, list[pa.Field]]]:
@@ -222,7 +221,7 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | N
         export_error = None
         try:
             for fmt in cfg.shards.formats if cfg.shards.enabled else []:
-                export_format(stage, fmt, FileSystems.join(stage, "export", fmt))
+                export(stage, fmt, FileSystems.join(stage, "export", fmt))
         except (UserError, OSError) as e:  # the job's output is good: publish it, without the exports
             output.discard(FileSystems.join(stage, "export"))
             export_error = e
