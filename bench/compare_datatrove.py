@@ -5,8 +5,8 @@ HTML pages (the Rust documentation shipped with the local toolchain, chosen and 
 as bench/scaling.py does) goes through two pipelines, one after the other, each in a fresh
 process tree with 2 workers:
 
-(a) tokenmill: ``tokenmill prepare --input DIR --output OUT --direct_running_mode=multi_processing
-    --direct_num_workers=2 --set tokenize.tokenizer=TOK.json`` with the default job config
+(a) tokenmill: ``tokenmill prepare --input DIR --output OUT --set tokenize.tokenizer=TOK.json``
+    with no runner flags (tokenmill's default: every core for an input this size) and the default job config
     otherwise (read, extract, normalize, language ID, Gopher/repetition/C4/FineWeb quality, PII,
     exact + MinHash dedup, tokenize, Arrow shards, report).
 (b) datatrove 0.10.x, FineWeb-style, run by ``LocalPipelineExecutor`` (tasks=2, workers=2) in
@@ -405,7 +405,7 @@ def main() -> int:
 
             tm_out = tmp / f"tokenmill-{n}"
             # scaling.run_once: the multi_processing mode's flags, wrapper process and TreeSampler.
-            tm = scaling.run_once(inp, tm_out, "multi_processing", args.poll, tmp / f"tokenmill-{n}.log",
+            tm = scaling.run_once(inp, tm_out, "default", args.poll, tmp / f"tokenmill-{n}.log",
                                   sets)
             tm["tokens"] = tokenmill_tokens(tm_out)
             print(f"  tokenmill: {tm['wall_s']:.1f} s" + ("" if tm["rc"] == 0 else

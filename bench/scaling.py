@@ -51,6 +51,7 @@ MIN_BYTES, MAX_BYTES = 2 * 1024, 500 * 1024
 MODES: dict[str, list[str]] = {
     "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
     "in_memory": ["--direct_running_mode=in_memory"],
+    "default": [],  # no runner flags: what a user gets (pipelines/local_mode.py)
 }
 
 

@@ -66,15 +66,18 @@ def _beam_job(beam_args: list[str]):
 
 
 def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
-    with _beam_job(beam_args):
-        return _prepare(args, beam_args)
-
-
-def _prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     from tokenmill.config import load_config
-    from tokenmill.terminal import console
+    from tokenmill.pipelines.local_mode import default_flags
 
     cfg = load_config(args.config, args.set)
+    beam_args = [*beam_args, *default_flags(beam_args, args.input or cfg.inputs or sample_inputs())]
+    with _beam_job(beam_args):
+        return _prepare(args, cfg, beam_args)
+
+
+def _prepare(args: argparse.Namespace, cfg, beam_args: list[str]) -> int:
+    from tokenmill.terminal import console
+
     if args.input:
         cfg.inputs = args.input
     if not cfg.inputs:
@@ -115,8 +118,10 @@ def _load_report(path: str) -> dict:
 
 
 def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from tokenmill.pipelines.local_mode import default_flags
     from tokenmill.terminal import console
 
+    beam_args = [*beam_args, *default_flags(beam_args, [os.path.join(args.out, "docs")])]
     with _beam_job(beam_args):
         from tokenmill.pipelines import refilter
 

@@ -1,0 +1,51 @@
+"""The local mode a job gets with no runner flags (pipelines/local_mode.py): every core for an
+input past MIN_BYTES, in-process below it or on one core, and the user's own flags as given."""
+
+import pytest
+
+from tokenmill.pipelines import local_mode
+from tokenmill.pipelines.local_mode import MIN_BYTES, default_flags
+
+
+@pytest.fixture
+def big(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    with open(d / "a.jsonl", "wb") as fh:  # sparse: MIN_BYTES of size, no disk
+        fh.truncate(MIN_BYTES + 1)
+    return d
+
+
+@pytest.fixture
+def cores(monkeypatch):
+    def set_cores(n, gib=64):
+        monkeypatch.setattr(local_mode, "usable_cores", lambda: n)
+        monkeypatch.setattr(local_mode, "available_memory", lambda: gib * local_mode.GIB)
+    return set_cores
+
+
+def test_every_core_for_a_big_input(big, cores):
+    cores(4)
+    assert default_flags([], [str(big)]) == ["--direct_running_mode=multi_processing", "--direct_num_workers=4"]
+    assert default_flags([], [str(big / "*.jsonl")]) != []  # a glob
+    assert default_flags([], ["gs://bucket/crawl/"]) != []  # remote: not measured, taken as big
+
+
+def test_in_process_for_a_small_input_or_one_core(tmp_path, big, cores):
+    (tmp_path / "small.jsonl").write_text('{"text": "hi"}\n')
+    cores(4)
+    assert default_flags([], [str(tmp_path / "small.jsonl")]) == []
+    cores(1)
+    assert default_flags([], [str(big)]) == []
+
+
+def test_workers_are_held_to_one_per_gib_of_available_memory(big, cores):
+    cores(16, gib=3)
+    assert default_flags([], [str(big)])[-1] == "--direct_num_workers=3"
+
+
+@pytest.mark.parametrize("flag", ["--runner=FnApiRunner", "--direct_running_mode=in_memory", "--direct_num_workers=1",
+                                  "--runner=FlinkRunner"])
+def test_the_users_flags_are_taken_as_given(big, cores, flag):
+    cores(4)
+    assert default_flags([flag], [str(big)]) == []
