@@ -140,3 +140,24 @@ def snapshot(out: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != output.LOCK_NAME}
 
 
+
+
+def sigterm_group_after_steps(cmd: list[str], run: Path, env: dict | None = None, steps: int = 3) -> tuple[int, str]:
+    """Start a training command in a process group of its own, wait for ``steps`` rows in its
+    metrics.jsonl, send SIGTERM to the whole group (as ``timeout``, ``scancel`` and Kubernetes do);
+    returns (exit code, stderr)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        metrics = run / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= steps):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err

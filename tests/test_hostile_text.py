@@ -8,8 +8,9 @@ document is dropped as ``<stage>:timeout``, never a hang.
 
 from __future__ import annotations
 
-import random
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,30 +24,9 @@ from tokenmill.transforms.stage_base import Timeout
 from tokenmill.transforms.urlfilter import UrlFn, UrlList, blocked
 
 ALL = ["email", "phone", "ip", "card", "iban", "secret"]
-_WORDS = ("the of and to in is was for that with on as by at from people water house light river green "
-          "stone music paper garden market school city night morning window table story number").split()
-_EXTRAS = ["jane.doe@example.com", "+1 555 0100", "192.0.2.10", "3.11.2", "2024-05-01", "caf\u00e9",
-           "\u00fcber", "(555) 010-0199", "$49.99", "https://example.org/a/b?c=d", "x:y", "U.S.A."]
-
-
-def ordinary(n: int, seed: int = 0) -> str:
-    """``n`` characters of prose: sentences of common words, some numbers, addresses and
-    accents, paragraphs of a few lines."""
-    rnd = random.Random(seed)
-    out: list[str] = []
-    size = 0
-    while size < n:
-        words = [rnd.choice(_WORDS) for _ in range(rnd.randint(6, 18))]
-        if rnd.random() < 0.4:
-            words.insert(rnd.randrange(len(words)), rnd.choice(_EXTRAS))
-        sentence = " ".join(words).capitalize() + rnd.choice(".!?.") + rnd.choice(("  ", " ", "\n", "\n\n"))
-        out.append(sentence)
-        size += len(sentence)
-    return "".join(out)[:n]
-
-
-def rep(unit: str, n: int) -> str:
-    return (unit * (n // len(unit) + 1))[:n]
+# The same ordinary text and repeated units as bench/hostile.py (which prints the figures).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from hostile import ordinary, rep  # noqa: E402
 
 
 def seconds(fn, arg) -> float:

@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import sigterm_group_after_steps  # noqa: E402
 from trainer_helpers import make_output, train_tiny  # noqa: E402
 
 from tokenmill.cli import main  # noqa: E402
@@ -95,10 +96,7 @@ def test_sigterm_to_the_process_group_saves_and_stops(trained, tmp_path):
     """What `timeout`, `scancel` and Kubernetes do: SIGTERM to every process of the group, the
     DataLoader workers included. The run saves a checkpoint and stops as on a SIGTERM to the
     trainer alone, with no traceback."""
-    import signal
-    import subprocess
     import sys
-    import time
 
     out, _ = trained
     run = tmp_path / "run"
@@ -106,18 +104,7 @@ def test_sigterm_to_the_process_group_saves_and_stops(trained, tmp_path):
             "data.num_workers=2", "data.seq_len=32", "train.steps=100000", "checkpoint.every=0", "eval.every=0",
             "export.enabled=false", "metrics.tensorboard=false"]
     tokenmill = os.path.join(os.path.dirname(sys.executable), "tokenmill")
-    proc = subprocess.Popen([tokenmill, "train", "--data", str(out), "--run-dir", str(run),
-                             *(a for s in sets for a in ("--set", s))], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143 and "Traceback" not in err, err[-3000:]  # 128 + SIGTERM, as when the trainer alone gets it
+    rc, err = sigterm_group_after_steps([tokenmill, "train", "--data", str(out), "--run-dir", str(run),
+                                         *(a for s in sets for a in ("--set", s))], run)
+    assert rc == 143 and "Traceback" not in err, err[-3000:]  # 128 + SIGTERM, as when the trainer alone gets it
     assert "stopped by SIGTERM" in err and list(run.glob("checkpoints/step-*/COMPLETE")), err[-3000:]

@@ -20,6 +20,8 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow  # torchrun and multi-process training runs
 
+from conftest import sigterm_group_after_steps  # noqa: E402
+
 from tokenmill.cli import main  # noqa: E402
 
 TOKENMILL = str(Path(sys.executable).parent / "tokenmill")
@@ -256,23 +258,11 @@ def test_sigterm_to_the_process_group_under_torchrun_saves_and_stops(prepared, t
     """`timeout`, `scancel` and Kubernetes signal the whole process group. torchrun starts each
     rank in a session of its own, so the ranks get the signal once, from torchrun, and save the
     checkpoint of the step (their loader workers ignore SIGTERM: tokenmill.data)."""
-    import signal as sig
 
     run = tmp_path / "run"
     cmd = torchrun_cmd(2, train_cmd(prepared, run, accum=1, extra=("--set", "train.steps=100000",
                                                                    "--set", "checkpoint.every=0")))
-    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
-        os.killpg(proc.pid, sig.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig.SIGKILL)
+    _, err = sigterm_group_after_steps(cmd, run, env=child_env())
     # torchrun itself ends with its own SignalException traceback; no frame of tokenmill's.
     assert "second SIGTERM" not in err and "tokenmill/" not in err, err[-3000:]
     assert "stopped by SIGTERM" in err and list(run.glob("checkpoints/step-*/COMPLETE")), err[-3000:]
