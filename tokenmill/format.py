@@ -169,10 +169,15 @@ def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: 
 
 
 def sha256_file(path: str, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
     with open_read(path) as fh:
-        while block := fh.read(chunk):
-            h.update(block)
+        return sha256_stream(fh, chunk)
+
+
+def sha256_stream(fh, chunk: int = 1 << 22) -> str:
+    """The sha256 of what is left to read in the open binary file ``fh``."""
+    h = hashlib.sha256()
+    while block := fh.read(chunk):
+        h.update(block)
     return h.hexdigest()
 
 

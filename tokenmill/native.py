@@ -24,6 +24,8 @@ import sys
 from tokenmill.errors import UserError
 
 TIMEOUT_S = 120.0
+# What each kind of file is called in an error line: (the library that reads it, the file).
+_NAMES = {"fasttext": ("fastText", "fastText model"), "tokenizer": ("tokenizers", "Hugging Face tokenizer.json")}
 _PROBE_TEXT = ("Hello, world! Ünïcödé 中文 テスト 123 4.56 <b>tag</b> \t tabs\nnew line  "
                "https://example.com/a?b=c e-mail@example.com 😀 " * 4)
 
@@ -62,6 +64,7 @@ def _tokenizer(text: str) -> None:
 def _run(kind: str, arg: str | None, data: bytes | None, what: str, shown: str) -> None:
     """Run the child; ``what``: the setting or role named in an error, ``shown``: the file, if any."""
     said = f"{what}: {shown}" if shown else what
+    library, file = _NAMES[kind]
     try:
         r = subprocess.run([sys.executable, "-m", "tokenmill.native", kind, *([arg] if arg else [])], input=data,
                            capture_output=True, timeout=TIMEOUT_S, env={**os.environ, "RUST_BACKTRACE": "0"})
@@ -72,12 +75,10 @@ def _run(kind: str, arg: str | None, data: bytes | None, what: str, shown: str) 
             name = signal.Signals(-r.returncode).name
         except ValueError:
             name = f"signal {-r.returncode}"
-        raise UserError(f"{said} crashed {'fastText' if kind == 'fasttext' else 'tokenizers'} while "
-                        f"loading ({name}): not a valid {'fastText model' if kind == 'fasttext' else 'tokenizer.json'}")
+        raise UserError(f"{said} crashed {library} while loading ({name}): not a valid {file}")
     if r.returncode != 0:
         lines = [ln for ln in r.stdout.decode("utf-8", "replace").splitlines() if ln.strip()]
-        raise UserError(f"{said} is not a {'fastText model' if kind == 'fasttext' else 'Hugging Face tokenizer.json'} "
-                        f"({lines[-1] if lines else f'exit {r.returncode}'})")
+        raise UserError(f"{said} is not a {file} ({lines[-1] if lines else f'exit {r.returncode}'})")
 
 
 @functools.lru_cache(maxsize=32)

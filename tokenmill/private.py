@@ -96,13 +96,6 @@ def _remote_identity(path: str) -> str | None:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 
-def _sha256_file(fh) -> str:
-    h = hashlib.sha256()
-    for block in iter(lambda: fh.read(1 << 22), b""):
-        h.update(block)
-    return h.hexdigest()
-
-
 def _download(path: str, folder: str) -> tuple[str, str]:
     """The remote bytes into a new file in ``folder`` (mkstemp: O_EXCL, 0600, an unguessable
     name); (its path, their sha256)."""
@@ -137,7 +130,9 @@ def _cached(local: str) -> bool:
             with open(local + ".sha256", encoding="ascii",
                       opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as side:
                 want = side.read().strip()
-            if _sha256_file(fh) != want:
+            from tokenmill.format import sha256_stream
+
+            if sha256_stream(fh) != want:
                 return False
     except (OSError, ValueError):
         return False

@@ -33,7 +33,6 @@ import shutil
 import struct
 import sys
 import types
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tokenmill.errors import UserError
 from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
-from tokenmill.pipelines.output import check_separate
+from tokenmill.pipelines.output import check_separate, new_stage
 
 WRITTEN = ".tokenmill-export.json"  # in an export folder: the files that export wrote
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
@@ -259,8 +258,7 @@ def export_to(out: str, fmt: str, target: str) -> int:
     if "://" in target:  # an object store: no links, and nothing is replaced but what is written
         return export(out, fmt, target)
     before = _written_before(target)
-    stage = os.path.join(target, ".tokenmill-stage-" + uuid.uuid4().hex[:8])
-    os.makedirs(stage)
+    stage = new_stage(target)  # as prepare's: a fresh folder of its own under the target
     try:
         written = export(out, fmt, stage)
         names = sorted(os.path.relpath(os.path.join(d, f), stage) for d, _, fs in os.walk(stage) for f in fs)
