@@ -30,6 +30,10 @@ $(VENV)/.setup: $(VENV)/.setup-data
 	$(BIN)/pip install -q --no-deps mosaicml-streaming==0.13.0 Brotli==1.2.1 python-snappy==0.7.3 \
 		cramjam==2.14.0 zstd==1.5.7.2 catalogue==2.0.10 datasets==3.6.0 multiprocess==0.70.16
 	$(BIN)/pip install -q pandas requests tqdm
+	# datatrove's filter classes, for tests/test_quality_compat.py (quality.compat=datatrove against
+	# them): without its declared dependencies, whose multiprocess/dill pins cannot meet apache-beam's
+	# dill<0.3.2; its filters import only these two more.
+	$(BIN)/pip install -q --no-deps datatrove==0.10.1 loguru==0.7.3 humanize==4.17.0
 	@touch $@
 
 setup-data: $(VENV)/.setup-data

@@ -110,6 +110,32 @@ def test_blocks_lines_inline_and_br():
     assert all(line == line.strip() and "  " not in line for line in out)
 
 
+def test_paragraphs_blank_lines_list_and_table_lines_newlines():
+    html = """<html><body><div class="content">
+      <h2>Heading here</h2>
+      <p>A first paragraph, long enough, with commas, so that this box is the content, clearly.</p>
+      <p>Line one<br>Line two</p>
+      <ul><li>First item in the list of things</li><li>Second item<ul><li>Nested item here</li></ul></li></ul>
+      <table><tr><td>cell a of the table</td><td>cell b of the table</td></tr><tr><td>row two</td></tr></table>
+      <ul><li><p>Loose item one</p></li><li><p>Loose item two</p></li></ul>
+      <p>A final paragraph, long enough, with commas, so that this box is the content, clearly.</p>
+    </div></body></html>"""
+    r = extract_html(html)
+    assert r.text.split("\n\n") == [
+        "Heading here",
+        "A first paragraph, long enough, with commas, so that this box is the content, clearly.",
+        "Line one\nLine two",
+        "First item in the list of things\nSecond item\nNested item here",
+        "cell a of the table\ncell b of the table\nrow two",
+        "Loose item one",  # a list of paragraphs (Markdown's loose list) keeps them
+        "Loose item two",
+        "A final paragraph, long enough, with commas, so that this box is the content, clearly.",
+    ]
+    assert extract_html(html, include_title=False) == r  # deterministic
+    titled = extract_html(html.replace("<body>", "<head><title>Page title</title></head><body>"), include_title=True)
+    assert titled.text.startswith("Page title\n\nHeading here\n\n")
+
+
 def test_hidden_elements_are_dropped():
     html = """<html><body><div class="post">
       <p>Visible paragraph one, with enough words, commas, and length to be the content.</p>

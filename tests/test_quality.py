@@ -1,9 +1,12 @@
 """Every quality rule on small hand-written texts, including non-English and CJK."""
 
+import sys
+
+import pyarrow as pa
 import pytest
 
 from tokenmill.config import QualityConfig
-from tokenmill.transforms.quality import first_failure, signals
+from tokenmill.transforms.quality import SIGNALS, QualityFn, fields, first_failure, measure, signals
 
 CFG = QualityConfig()
 PROSE = ("The river runs past the old mill and into the town. People have lived along its banks for "
@@ -47,7 +50,8 @@ def test_good_english_prose_passes():
     ("Too short to be a document at all.", "gopher_min_words"),
     ("\n".join(f"supercalifragilisticexpialidocious{i} extraordinarilyunbelievable{i}." for i in range(40)),
      "gopher_mean_word_len"),
-    (GOOD + "\n" + " ".join("#tag" for _ in range(60)), "gopher_symbol_ratio"),
+    (GOOD + "\n" + " ".join("#tag" for _ in range(60)), "gopher_hash_ratio"),
+    (GOOD + "\n" + " ".join("so..." for _ in range(60)), "gopher_ellipsis_ratio"),
     ("\n".join(f"• item number {i} of the and to of with list here." for i in range(60)), "gopher_bullet_lines"),
     ("\n".join(f"Line {i} the story goes on and on with the river and that..." for i in range(40)),
      "gopher_ellipsis_lines"),
@@ -71,8 +75,10 @@ def test_gopher_repetition_rules():
 def test_c4_min_sentences():
     s = signals(GOOD, "en", CFG)
     assert s["c4_sentences"] == len(SENTENCES) and s["words_per_line"] > 10
-    four = "\n".join(SENTENCES[:4]) + "\n" + "\n".join(SENTENCES[4:]).replace(".", ",")
-    assert signals(four, "en", CFG)["c4_sentences"] == 4 and verdict(four) == "c4_min_sentences"
+    two = "\n".join(SENTENCES[:2]) + "\n" + "\n".join(SENTENCES[2:]).replace(".", ",")
+    assert signals(two, "en", CFG)["c4_sentences"] == 2 and verdict(two) == "c4_min_sentences"
+    assert CFG.c4_value("min_sentences") == 3 and CFG.c4_value("min_words_per_line") == 5  # C4's code
+    assert QualityConfig(c4={"min_sentences": 2}).c4_value("min_sentences") == 2
 
 
 def test_c4_rules():
@@ -137,3 +143,115 @@ def test_entropy_signals():
     s = signals(GOOD, "en", CFG)
     assert 3.5 < s["char_entropy"] < 5.5 and s["word_entropy"] > 4
     assert signals("aaaa aaaa aaaa", "en", CFG)["char_entropy"] == 0.0
+
+
+# ------------------------------------------------------------------ the definitions, fixed (#35)
+
+def only(**sections):
+    """A config where only the named families are on (each with the given settings)."""
+    off = {f: {"enabled": False} for f in ("gopher", "repetition", "c4", "fineweb")}
+    return QualityConfig(**{**off, **{k: {"enabled": True, **v} for k, v in sections.items()}})
+
+
+def stage(text, cfg, lang="en"):
+    (out,) = list(QualityFn(cfg).process({"id": "t", "text": text, "lang": lang}))
+    return out
+
+
+def stored_row(doc, cfg):
+    """``doc``'s signal columns through the docs Parquet schema, as refilter reads them back."""
+    schema = pa.schema(fields(cfg))
+    table = pa.Table.from_pylist([{f.name: doc.get(f.name) for f in schema}], schema=schema)
+    return table.to_pylist()[0]
+
+
+def test_a_value_at_its_threshold_decides_the_same_live_and_stored():
+    # 3 of 10 lines repeat against max 0.3; 3 of 25 lines end a sentence against min 0.12. Stored
+    # as float32, 0.3 became 0.30000001 (> 0.3: dropped) and 0.12 became 0.11999999 (< 0.12).
+    lines = [f"Line number {w} of the page" for w in "abcdefg"] + ["Line number a of the page"] * 3
+    cfg = only(repetition={"dup_para_frac": 1, "dup_line_char_frac": 1, "dup_para_char_frac": 1,
+                           "top_ngram_fracs": [1] * 3, "dup_ngram_fracs": [1] * 6})
+    doc = stage("\n".join(lines), cfg)
+    assert doc["dup_line_frac"] == 0.3 and not doc.get("dropped_by")
+    assert QualityFn(cfg).redecide(stored_row(doc, cfg)).get("dropped_by") is None
+    lines = [f"A line about item {i}." if i < 3 else f"A line about item {i}" for i in range(25)]
+    cfg = only(fineweb={"max_short_lines": 1.0})
+    doc = stage("\n".join(lines), cfg)
+    assert doc["terminal_punct_line_ratio"] == 0.12 and not doc.get("dropped_by")
+    assert QualityFn(cfg).redecide(stored_row(doc, cfg)).get("dropped_by") is None
+    assert all(f.type in (pa.int32(), pa.float64()) for f in pa.schema(fields(cfg)) if f.name in SIGNALS)
+
+
+def test_stop_words_are_distinct_words_of_the_list():
+    cfg = only(gopher={"min_words": 1})
+    the_only = " ".join(["the river bank"] * 30) + "."
+    assert signals(the_only, "en", cfg)["stop_words"] == 1 and verdict(the_only, cfg=cfg) == "gopher_stop_words"
+    assert verdict(the_only + " And so to bed.", cfg=cfg) is None
+
+
+def test_hash_and_ellipsis_are_bounded_each():
+    cfg = only(gopher={"min_words": 1})
+    words = [f"word{i}" for i in range(100)]
+    both = " ".join(words[:92]) + " #a #b #c #d #e #f #g #h and... so... on... we... go... on... and... on..."
+    s = signals(both, "en", cfg)
+    assert s["hash_word_ratio"] <= 0.1 and s["ellipsis_word_ratio"] <= 0.1  # their sum is 0.16
+    assert verdict(both + " the to", cfg=cfg) is None
+
+
+def test_c4_sentences_leave_out_ellipsis_lines_and_cjk_stops():
+    cfg = only(c4={})
+    text = "\n".join(["We walked along the river for an hour...", "Then we sat down on a bench by the water。",
+                      "The ducks came over to look at us.", "Nobody had brought any bread for them!"])
+    assert signals(text, "en", cfg)["c4_sentences"] == 2 and verdict(text, cfg=cfg) == "c4_min_sentences"
+
+
+def test_c4_removes_lines_as_its_code_does():
+    cfg = only(c4={"remove_lines": True})
+    keep = SENTENCES[:4]
+    text = "\n".join(["Home | News | Contact", keep[0], "Please enable JavaScript to see the comments below.",
+                      keep[1], "This site uses cookies to improve your experience, we hope you like them.",
+                      "Too short.", keep[2][:-1] + ".[12]", "x" * 1200 + " is a long word in a sentence.", keep[3]])
+    s, cleaned = measure(text, "en", cfg)
+    assert cleaned == "\n".join(keep) and s["c4_sentences"] == 4
+    doc = stage(text, cfg)
+    assert doc["text"] == cleaned and not doc.get("dropped_by")  # the javascript line went, not the page
+    assert stage(text, only(c4={}))["text"] == text  # remove_lines off: lines stay
+    assert stage(text, only(c4={"javascript_max_words": 1000}))["dropped_by"] == "quality:c4_javascript"
+    # lorem ipsum and "{" drop the page when on a line C4 keeps, as its code checks them
+    assert verdict(GOOD + "\nlorem ipsum", cfg=cfg) is None
+    assert verdict(GOOD + "\nThe page says lorem ipsum dolor sit amet.", cfg=cfg) == "c4_lorem_ipsum"
+    assert verdict(GOOD + "\nfunction f() { return 1; }", cfg=cfg) is None
+    assert verdict(GOOD + "\nThe set {a, b, c} has three members here.", cfg=cfg) == "c4_curly_bracket"
+    # FineWeb measures what C4 leaves (FineWeb's pipeline: C4, then FineWeb)
+    both = only(c4={"remove_lines": True}, fineweb={})
+    assert measure(text, "en", both)[0]["terminal_punct_line_ratio"] == 1.0
+    # text written without spaces: C4's line rules do not apply
+    zh = "总的来说，我们会推荐给三口之家。\n价格合理，操作简单。"
+    assert measure(zh, "zh", cfg)[1] is None and verdict(zh, "zh", cfg) is None
+
+
+def test_fineweb_terminal_marks_and_token_count_are_datatroves():
+    cfg = only(fineweb={"max_short_lines": 1.0, "max_newline_word_ratio": 10})
+    quoted = "\n".join([f'He said "line {i} is done."' for i in range(5)] + [f"And then line {i} went on\u2026" for i in range(5)])
+    assert signals(quoted, "en", cfg)["terminal_punct_line_ratio"] == 0.0
+    text = "One, two.\nThree, four.\nFive, six."  # 2 line breaks, 6 words, 6 punctuation tokens
+    assert signals(text, "en", cfg)["newline_word_ratio"] == 2 / 12
+
+
+def test_datatrove_compat_is_one_setting():
+    cfg = QualityConfig(compat="datatrove")
+    assert cfg.c4_value("min_sentences") == 5 and cfg.c4_value("min_words_per_line") == 3  # datatrove's
+    s = signals(GOOD + "\n" + "The the the.", "de", cfg)
+    assert s["stop_words"] >= 2  # Gopher's English list, for every language
+    assert verdict(GOOD, cfg=cfg) is None
+
+
+def test_compat_without_spacy_is_one_line(monkeypatch):
+    from tokenmill.errors import UserError
+    from tokenmill.transforms import quality_datatrove
+    from tokenmill.transforms.quality import SPEC
+
+    monkeypatch.setattr(quality_datatrove, "_NLP", None)
+    monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy raises ImportError
+    with pytest.raises(UserError, match=r"compat=datatrove needs spaCy.*tokenmill\[compat\]"):
+        SPEC.check(QualityConfig(compat="datatrove"), None)

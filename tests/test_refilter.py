@@ -84,6 +84,9 @@ def test_settings_that_change_signals_or_texts_are_refused(tagged, tmp_path, cap
     src = tagged[0]
     for sets, words in ((["quality.fineweb_short_line_chars=10"], "change the stored signals"),
                         (["quality.per_lang.de.stop_words={de: [und]}"], "change the stored signals"),
+                        (["quality.compat=datatrove"], "change the stored signals"),
+                        (["quality.c4.remove_lines=true"], "change the stored signals"),
+                        (["quality.per_lang.fr.c4.min_words_per_line=2"], "change the stored signals"),
                         (["language.enabled=false"], "language labels come from")):
         assert main(["refilter", str(src), "--output", str(tmp_path / "x")] + [a for s in sets for a in ("--set", s)]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -161,15 +161,16 @@ class GopherConfig(_Rules):
     min_mean_word_len: float = Field(default=3.0, ge=0, description="Shorter mean word length: dropped "
         "(space-separated languages only).")
     max_mean_word_len: float = Field(default=10.0, gt=0, description="Longer mean word length: dropped (idem).")
-    max_symbol_word_ratio: float = Field(default=0.1, ge=0, description="More '#' and ellipses per word: dropped.")
+    max_symbol_word_ratio: float = Field(default=0.1, ge=0, description="More '#' per word, or more ellipses per "
+        "word: dropped (two ratios, each bounded).")
     max_bullet_lines: float = Field(default=0.9, ge=0, le=1, description="A larger share of lines starting with a "
         "bullet: dropped.")
     max_ellipsis_lines: float = Field(default=0.3, ge=0, le=1, description="A larger share of lines ending in an "
         "ellipsis: dropped.")
     min_alpha_words: float = Field(default=0.8, ge=0, le=1, description="A smaller share of words with a letter: "
         "dropped.")
-    min_stop_words: int = Field(default=2, ge=0, description="Fewer stop words: dropped (languages with a stop-word "
-        "list only).")
+    min_stop_words: int = Field(default=2, ge=0, description="Fewer distinct words of the language's stop-word list: "
+        "dropped (languages with a list only).")
 
 
 class RepetitionConfig(_Rules):
@@ -188,13 +189,29 @@ class RepetitionConfig(_Rules):
 
 
 class C4Config(_Rules):
-    drop_lorem_ipsum: bool = Field(default=True, description='Drop pages with "lorem ipsum".')
-    drop_curly_bracket: bool = Field(default=True, description='C4 drops pages with "{" (code, templates).')
+    drop_lorem_ipsum: bool = Field(default=True, description='Drop pages with "lorem ipsum" (with remove_lines or '
+        'compat: on a line the line rules keep, as C4\'s code checks it).')
+    drop_curly_bracket: bool = Field(default=True, description='Drop pages with "{" (code, templates; idem).')
     drop_javascript: bool = Field(default=True, description=(
-        'A page that mentions javascript and is short is a "please enable JavaScript" stub: dropped.'))
+        'Where lines stay (remove_lines off), a short page that mentions javascript is a "please enable JavaScript" '
+        'stub: dropped. With remove_lines, C4 removes the line instead.'))
     javascript_max_words: int = Field(default=200, ge=0, description="Short, for drop_javascript: at most this many words.")
-    min_sentences: int = Field(default=5, ge=0, description="Fewer sentences (lines that end in terminal punctuation "
-        "and have >= 3 words; datatrove: 5): dropped.")
+    remove_lines: bool = Field(default=False, description="C4's line removal (the paper and its code): keep only "
+        "lines that end in . ? ! or a double quote (not an ellipsis), have min_words_per_line words, no word over 1,000 "
+        "characters and no javascript, cookie or terms-of-use notice; Wikipedia citation marks are cut. The text "
+        "becomes those lines (FineWeb's rules then measure it), for languages written with spaces.")
+    line_terminal_punct: bool = Field(default=True, description="The line rule on terminal punctuation (FineWeb's "
+        "recipe turns it off).")
+    min_words_per_line: int | None = Field(default=None, ge=0, description="A line C4 keeps has at least this many "
+        "words. null: 5, C4's code (3 with compat=datatrove, datatrove's default).")
+    min_sentences: int | None = Field(default=None, ge=0, description="Fewer sentences on the lines C4 keeps: "
+        "dropped (languages written with spaces). null: 3, C4's code (5 with compat=datatrove).")
+
+
+# The two C4 numbers C4's code (and paper) and datatrove's defaults swap: words a kept line has,
+# sentences a page keeps.
+C4_DEFAULTS = {"papers": {"min_words_per_line": 5, "min_sentences": 3},
+               "datatrove": {"min_words_per_line": 3, "min_sentences": 5}}
 
 
 class FineWebConfig(_Rules):
@@ -242,6 +259,10 @@ class ClassifierConfig(Strict):
 
 
 class QualityConfig(TimedSection):
+    compat: Literal["papers", "datatrove"] = Field(default="papers", description="papers: each rule as its paper and "
+        "code define it (Gopher, C4; FineWeb: datatrove's filters). datatrove: every Gopher, C4 and FineWeb rule decides "
+        "exactly as datatrove 0.10.1's filters with their defaults (spaCy's English tokens, punctuation included, for "
+        "every language; needs `pip install 'tokenmill[compat]'`). README: where the two differ.")
     mode: Literal["filter", "tag"] = Field(default="filter", description="filter: documents failing a rule are "
         "dropped. tag: every signal and decision is computed and stored (quality_flag, and the MinHash signatures), "
         "nothing is dropped, and `tokenmill refilter` applies any thresholds later without extracting again.")
@@ -260,9 +281,21 @@ class QualityConfig(TimedSection):
     _per_lang_cache: dict[str, QualityConfig] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
+    def _c4_lines(self) -> QualityConfig:
+        if self.c4.remove_lines and self.c4_value("min_sentences") < 1:
+            raise ValueError("c4.min_sentences: at least 1 with c4.remove_lines (a page with no line left is dropped)")
+        return self
+
+    def c4_value(self, key: str) -> int:
+        """A C4 number where C4's code and datatrove's defaults disagree: the one set, or the
+        default of ``compat``'s definition."""
+        value = getattr(self.c4, key)
+        return C4_DEFAULTS[self.compat][key] if value is None else value
+
+    @model_validator(mode="after")
     def _per_lang_valid(self) -> QualityConfig:
         for lang, override in self.per_lang.items():
-            fixed = {"per_lang", "enabled", "mode"} & set(override)
+            fixed = {"per_lang", "enabled", "mode", "compat"} & set(override)
             if fixed:
                 raise ValueError(f"per_lang.{lang}: {', '.join(sorted(fixed))} cannot differ by language")
             if {"model", "label"} & set(override.get("classifier") or {}):

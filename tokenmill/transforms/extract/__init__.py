@@ -1,7 +1,8 @@
 """HTML main-text extraction: a pure core, and the pipeline's extract stage around it.
 
-``extract_html(raw)`` turns one page (bytes or str) into its main text: one line per paragraph,
-heading, list item or table row, with menus, headers, footers, sidebars, cookie banners,
+``extract_html(raw)`` turns one page (bytes or str) into its main text: paragraphs (p, headings,
+div-level runs of text, whole lists and tables) separated by a blank line, one line per list
+item, table cell or <br>-broken line inside them, with menus, headers, footers, sidebars, cookie banners,
 comments, share widgets and related-article lists left out. It never raises: a page it cannot
 use comes back with ``text=None`` and a short ``reason``.
 

@@ -179,3 +179,50 @@ def polish(pg: Page, blocks: list[int]) -> list[int]:
     while out and pg.tag[pg.b_node[out[-1]]] in HEADINGS:
         out.pop()
     return out
+
+
+# Paragraph breaks. A paragraph is a block of its own tag (p, heading, pre, blockquote), a whole
+# list or a whole table, or a run of text of any other block (a div's own text): paragraphs are
+# separated by a blank line, like Markdown (and resiliparse, which also blanks only around <p>
+# and headings). The items of one list (nested lists included) and the rows and cells of one
+# table are lines of one paragraph: one newline between them, as between the lines of a <br>.
+_OWN_PARAGRAPH = HEADINGS | frozenset(("p", "pre", "blockquote"))
+_LISTS = frozenset(("ul", "ol", "dl", "menu"))
+
+
+def _line_group(pg: Page, i: int, memo: dict[int, int]) -> int:
+    """The list or table whose lines node ``i``'s text belongs to, or -1 (a paragraph of its
+    own): the outermost of nested lists, the innermost of nested tables, nothing across a
+    paragraph tag."""
+    chain = []
+    while i >= 0 and i not in memo:
+        chain.append(i)
+        i = pg.parent[i]
+    group = memo.get(i, -1)
+    tags = pg.tag
+    for i in reversed(chain):  # top-down
+        tag = tags[i]
+        if tag in _OWN_PARAGRAPH:
+            group = -1
+        elif tag in _LISTS:
+            if group < 0 or tags[group] not in _LISTS:
+                group = i
+        elif tag == "table":
+            group = i
+        memo[i] = group
+    return group
+
+
+def assemble(pg: Page, blocks: list[int], title: str | None = None) -> str:
+    """The text of ``blocks``: a blank line between paragraphs, a newline between the lines
+    of one list or table (and, inside a block, where a <br> broke the line)."""
+    memo: dict[int, int] = {}
+    parts = [title] if title else []
+    last = -1
+    for j in blocks:
+        group = _line_group(pg, pg.b_node[j], memo)
+        if parts:
+            parts.append("\n" if group >= 0 and group == last else "\n\n")
+        parts.append(pg.b_text[j])
+        last = group
+    return "".join(parts)

@@ -11,7 +11,7 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import Timeout, check
 
-from .content import main_blocks, polish, title_heading
+from .content import assemble, main_blocks, polish, title_heading
 from .decode import decode_html
 from .sniff import looks_binary, looks_binary_text
 from .tree import parse
@@ -20,7 +20,9 @@ from .walk import JUNK_TAGS, walk
 
 @dataclass
 class Extracted:
-    # The main text, one line per paragraph / heading / list item / table row; None when dropped.
+    # The main text, None when dropped: paragraphs (p, headings, div-level runs of text, whole
+    # lists and tables) separated by a blank line; list items, table rows and <br> lines by one
+    # newline.
     text: str | None
     # None on success, else "too_large", "timeout", "binary_content", "no_text" or "parse_error".
     reason: str | None
@@ -104,12 +106,11 @@ def extract_html(
         if headline is not None:
             title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
             blocks = [j for j in blocks if j != headline]
-        lines = [pg.b_text[j] for j in polish(pg, blocks)]
-        if include_title and title:
-            lines.insert(0, title)
-        if not lines:
+        blocks = polish(pg, blocks)
+        if not blocks and not (include_title and title):
             return Extracted(None, "no_text", title=title, encoding=encoding)
-        return Extracted(_nfc("\n".join(lines)), None, title=_nfc(title), encoding=encoding)
+        text = assemble(pg, blocks, title if include_title else None)
+        return Extracted(_nfc(text), None, title=_nfc(title), encoding=encoding)
     except Timeout:
         return Extracted(None, "timeout", title=title, encoding=encoding)
     except Exception:  # noqa: BLE001 - the contract: a parser failure is a reason, never a crash

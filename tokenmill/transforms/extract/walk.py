@@ -103,23 +103,37 @@ def _paragraph_points(text: str) -> float:
 
 
 def walk(top: etree._Element, deadline: float) -> Page:
+    # One pass of iterwalk's start/end events; the per-event work is the extractor's largest
+    # cost (bench/MEASUREMENTS.md: extraction speed), so the common cases come first and stay
+    # inline: an element without attributes, an inline element's end (told from a block's end by
+    # identity with the open block, without reading its tag), whitespace between tags.
     pg = Page()
     tags, parents, ends, weights, flags, classes = pg.tag, pg.parent, pg.end, pg.weight, pg.flags, pg.cls
     b_text, b_node, b_len, b_link, b_commas = pg.b_text, pg.b_node, pg.b_len, pg.b_link, pg.b_commas
     b_points = pg.b_points
-    stack: list[int] = []
+    stack: list[int] = []  # the open block nodes
+    open_blocks: list[etree._Element] = []  # their elements
+    open_links: list[etree._Element] = []  # the open <a> elements
+    block_el = None  # the innermost open block element
     cur = -1  # the node that text currently belongs to
     buf: list[str] = []
-    raw_len = link_len = 0
-    link_depth = pre_depth = 0
+    link_len = 0  # characters of link text in buf
+    n_br = 0  # <br> marks in buf (not text: they do not count in the link share's denominator)
+    pre_depth = 0
     skipping = None  # the element whose subtree is being skipped (its "end" event still comes)
+    inline, headings, chrome = INLINE, HEADINGS, _CHROME_TAGS
 
     def flush() -> None:
-        nonlocal raw_len, link_len
+        nonlocal link_len, n_br
         text = "".join(buf)
         buf.clear()
+        raw_len = len(text) - n_br
+        ln = link_len
+        link_len = n_br = 0
         if _BR in text:
             text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(_BR))))
+        elif text.isspace():
+            return
         else:
             text = " ".join(text.split())
         if text:
@@ -127,7 +141,7 @@ def walk(top: etree._Element, deadline: float) -> Page:
             b_text.append(text)
             b_node.append(cur)
             b_len.append(n)
-            b_link.append(n * link_len / raw_len if raw_len else 0.0)
+            b_link.append(n * ln / raw_len if ln else 0.0)
             commas = _commas(text)
             b_commas.append(commas)
             if "\n" in text:
@@ -136,17 +150,6 @@ def walk(top: etree._Element, deadline: float) -> Page:
                 b_points.append(sum(_paragraph_points(line) for line in text.split("\n")))
             else:
                 b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
-        raw_len = link_len = 0
-
-    def add_text(t: str) -> None:
-        """Text (or tail) of an element into the current block; <pre> keeps its line breaks."""
-        nonlocal raw_len, link_len
-        if pre_depth:
-            t = t.replace("\n", _BR)
-        buf.append(t)
-        raw_len += len(t)
-        if link_depth:
-            link_len += len(t)
 
     walker = etree.iterwalk(top, events=("start", "end"))
     count = 0
@@ -156,23 +159,38 @@ def walk(top: etree._Element, deadline: float) -> Page:
             check(deadline)
         if event == "start":
             tag = el.tag
+            keys = el.keys()  # the cheapest look at the attributes; most elements have one or none
+            if not keys and tag in inline:
+                if tag == "br":
+                    buf.append(_BR)
+                    n_br += 1
+                    continue
+                if tag == "a":
+                    open_links.append(el)
+                t = el.text
+                if t:
+                    if pre_depth:
+                        t = t.replace("\n", _BR)
+                    buf.append(t)
+                    if open_links:
+                        link_len += len(t)
+                continue
             unlikely = 0
             weight = 0
             flag = 0
             cls = ""
-            keys = el.keys()  # the cheapest look at the attributes; most elements have one or none
             if keys:
                 if "class" in keys:
                     cls = el.get("class")
                 # A heading's id is an anchor made of its text ("nav_..." in heise's TOC ids).
-                id_ = el.get("id") if "id" in keys and tag not in HEADINGS else ""
+                id_ = el.get("id") if "id" in keys and tag not in headings else ""
                 if (
                     "hidden" in keys
                     or ("aria-hidden" in keys and el.get("aria-hidden") == "true")
                     or ("style" in keys and _is_hidden_style(el.get("style")))
                     or (cls and not _HIDDEN_CLASSES.isdisjoint(cls.split()))
                 ):
-                    if buf and tag not in INLINE:
+                    if buf and tag not in inline:
                         flush()
                     walker.skip_subtree()
                     skipping = el
@@ -185,24 +203,30 @@ def walk(top: etree._Element, deadline: float) -> Page:
                     flag |= F_POSITIVE
                     weight += 25
                     unlikely = 0
-            if tag in _CHROME_TAGS:
+            if tag in chrome:
                 unlikely |= F_UNLIKELY
             if unlikely and (
                 not stack or (tag in ("article", "main") and not UNLIKELY_ARTICLE_RE.search(cls))
             ):
                 unlikely = 0  # the page itself and semantic content containers are never unlikely
-            if tag in INLINE:
+            if tag in inline:
                 if tag == "br":
                     buf.append(_BR)
+                    n_br += 1
                     continue
                 if unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
                     walker.skip_subtree()
                     skipping = el
                     continue
                 if tag == "a":
-                    link_depth += 1
-                if el.text:
-                    add_text(el.text)
+                    open_links.append(el)
+                t = el.text
+                if t:
+                    if pre_depth:
+                        t = t.replace("\n", _BR)
+                    buf.append(t)
+                    if open_links:
+                        link_len += len(t)
                 continue
             if buf:
                 flush()
@@ -214,31 +238,46 @@ def walk(top: etree._Element, deadline: float) -> Page:
             flags.append(flag | unlikely)
             classes.append(cls)
             stack.append(i)
+            open_blocks.append(el)
+            block_el = el
             cur = i
             if tag == "pre":
                 pre_depth += 1
-            if el.text:
-                add_text(el.text)
+            t = el.text
+            if t:
+                if pre_depth:
+                    t = t.replace("\n", _BR)
+                buf.append(t)
+                if open_links:
+                    link_len += len(t)
         else:
             if el is skipping:
                 skipping = None
-            else:
-                tag = el.tag
-                if tag in INLINE:
-                    if tag == "a":
-                        link_depth -= 1
+            elif el is block_el:
+                if buf:
+                    flush()
+                ends[cur] = len(tags) - 1
+                stack.pop()
+                open_blocks.pop()
+                if tags[cur] == "pre":
+                    pre_depth -= 1
+                if stack:
+                    cur = stack[-1]
+                    block_el = open_blocks[-1]
                 else:
-                    if buf:
-                        flush()
-                    ends[cur] = len(tags) - 1
-                    stack.pop()
-                    if tag == "pre":
-                        pre_depth -= 1
-                    cur = stack[-1] if stack else -1
+                    cur = -1
+                    block_el = None
+            elif open_links and el is open_links[-1]:
+                open_links.pop()
             if el is top:
                 break
-            if el.tail:
-                add_text(el.tail)
+            t = el.tail
+            if t:
+                if pre_depth:
+                    t = t.replace("\n", _BR)
+                buf.append(t)
+                if open_links:
+                    link_len += len(t)
     if buf and cur >= 0:
         flush()
     return pg
