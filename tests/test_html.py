@@ -359,3 +359,103 @@ def test_attribute_cap_leaves_ordinary_pages_byte_identical():
     long = b"<div " + b" ".join(b"a%d" % i for i in range(1500)) + b' class="kept">text</div>'
     capped = _cap_attributes(long)
     assert capped.count(b" a") == 1000 and capped.endswith(b">text</div>") and b'class="kept"' not in capped
+
+
+# ------------------------------------------------------------------ the compiled walk (#36)
+
+def _compiler() -> bool:
+    import shutil
+    import sysconfig
+
+    return bool(shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]))
+
+
+def _trees():
+    """(name, the body the walk starts at) of every shared page and of hand-made trees with
+    every case the walk tells apart."""
+    from lxml import etree
+
+    from tokenmill.transforms.extract.core import _body
+    from tokenmill.transforms.extract.tree import parse
+    from tokenmill.transforms.extract.walk import JUNK_TAGS
+
+    pages = []
+    root = _shared_data() / "html_extraction"
+    for p in sorted(root.rglob("*.html.gz")) if root.exists() else []:
+        if p.name != "expected.html.gz":
+            pages.append((str(p.relative_to(root)), decode_html(gzip.decompress(p.read_bytes()))[0]))
+    hand = [
+        "<p>a <a href=x>link <b>bold</b> tail</a> after<br>line two<br/><br>three</p><pre>x\n  y\n</pre>",
+        "<div hidden>gone</div><div aria-hidden=true>gone</div><div aria-hidden=false>kept</div>"
+        "<div style='display: none'>gone</div><p class='sr-only x'>gone</p><span class=share-count>9</span>tail",
+        "<nav class=menu><ul><li>Home<li>About</ul></nav><article class=comment><p>one, two</p></article>"
+        "<main><div role=navigation>nav text</div><div itemprop=articleBody><p>body, text</p></div></main>",
+        "<h2 id=nav-heading class=title>Head</h2><div id=sidebar class=content>x</div><footer>f</footer>",
+        "<table><tr><td>a<td>b<tr><td>c</table><ul><li>one<ul><li>nested</ul></ul><dl><dt>t<dd>d</dl>",
+        "<p class=''>empty class</p><p id=''>empty id</p><p class='a  b\tc'>spaces</p>tail text",
+        "<font>" * 3000 + "<p>deep, flat tree</p>" + "</font>" * 3000 + "<p>after</p>",
+        "<p>caf\u00e9 \u65e5\u672c <b>\U0001f600</b>&amp; &lt;x&gt;</p>",
+    ]
+    pages += [(f"hand-made {i}", f"<html><body>{h}</body></html>") for i, h in enumerate(hand)]
+    for name, text in pages:
+        tree = parse(text, time.monotonic() + 60)
+        if tree is not None:
+            etree.strip_elements(tree, *JUNK_TAGS, with_tail=False)
+            yield name, _body(tree)
+    # elements with a namespace (lxml's "{ns}tag") and a CDATA text node
+    top = etree.Element("body")
+    etree.SubElement(top, "{urn:x}box").text = "namespaced"
+    p = etree.SubElement(top, "p")
+    p.text = etree.CDATA("one, in CDATA")
+    etree.SubElement(p, "b").tail = "and a tail"
+    yield "built", top
+
+
+def test_the_compiled_walk_is_built_and_in_use():
+    from tokenmill.transforms.extract import walk
+
+    if os.environ.get("TOKENMILL_PURE_PYTHON") or not _compiler():
+        pytest.skip("pure Python chosen, or no C compiler to build the compiled walk")
+    from tokenmill.transforms.extract import _compiled
+
+    assert walk.walk is _compiled.walk
+
+
+def test_compiled_walk_gives_the_python_walks_pages():
+    compiled = pytest.importorskip("tokenmill.transforms.extract._compiled", reason="compiled walk not built")
+    from tokenmill.transforms.extract.walk import Page, py_walk
+
+    n = 0
+    for name, top in _trees():
+        a, b = py_walk(top, time.monotonic() + 60), compiled.walk(top, time.monotonic() + 60)
+        assert [getattr(a, s) for s in Page.__slots__] == [getattr(b, s) for s in Page.__slots__], name
+        n += 1
+    assert n >= 10
+
+
+def test_compiled_walk_keeps_the_deadline():
+    compiled = pytest.importorskip("tokenmill.transforms.extract._compiled", reason="compiled walk not built")
+    from lxml import etree
+
+    from tokenmill.transforms.deadline import Timeout
+
+    top = etree.fromstring("<body>" + "<div><p>x</p></div>" * 1000 + "</body>")
+    with pytest.raises(Timeout):
+        compiled.walk(top, time.monotonic() - 1)
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3, 5])
+def test_compiled_sweep_answers_as_the_pattern(cap):
+    compiled = pytest.importorskip("tokenmill.transforms.extract._compiled", reason="compiled walk not built")
+    import random
+
+    from tokenmill.transforms.extract.tree import sweep
+
+    pattern = sweep(cap)
+    rng = random.Random(cap)
+    pieces = [b"<", b"<a", b"<div", b" ", b"\t", b"/", b">", b"=", b'"', b"'", b"x", b"id", b"A", b"\n", b"<1"]
+    for _ in range(20_000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 24)))
+        assert compiled.over_cap(data, cap) == (pattern.match(data).group(1) is not None), data
+    page = ("<div " + " ".join(f'a{i}="v>"' if i % 2 else f"b{i}=w" for i in range(cap)) + "><p>x").encode()
+    assert compiled.over_cap(page, cap) and not compiled.over_cap(page, cap + 1)

@@ -1,8 +1,14 @@
 """The one walk over the tree: block-level elements to flat lists of nodes and runs of text
-(``Page``), hidden and junk elements skipped; everything afterwards works on these lists."""
+(``Page``), hidden and junk elements skipped; everything afterwards works on these lists.
+
+``walk`` is the compiled walk (_compiled.pyx, over libxml2's nodes, 5-6x faster: bench/MEASUREMENTS.md)
+where setup.py could build it against the running lxml, else ``py_walk``; both give equal pages
+(tests/test_html.py). TOKENMILL_PURE_PYTHON=1 chooses ``py_walk``.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 
 from lxml import etree
@@ -102,7 +108,8 @@ def _paragraph_points(text: str) -> float:
     return 2 + _commas(text) + min(n // 100, _LENGTH_CAP)
 
 
-def walk(top: etree._Element, deadline: float) -> Page:
+def py_walk(top: etree._Element, deadline: float) -> Page:
+    """The walk in Python: the reference (_compiled.pyx is the same steps, compiled; ``walk``)."""
     # One pass of iterwalk's start/end events; the per-event work is the extractor's largest
     # cost (bench/MEASUREMENTS.md: extraction speed), so the common cases come first and stay
     # inline: an element without attributes, an inline element's end (told from a block's end by
@@ -281,3 +288,18 @@ def walk(top: etree._Element, deadline: float) -> Page:
     if buf and cur >= 0:
         flush()
     return pg
+
+
+def compiled():
+    """The extractor's compiled module (_compiled.pyx: ``walk``, ``over_cap``) where setup.py
+    built it against the lxml that is running, else None (TOKENMILL_PURE_PYTHON=1: None)."""
+    if os.environ.get("TOKENMILL_PURE_PYTHON"):
+        return None
+    try:
+        from . import _compiled
+    except ImportError:
+        return None
+    return _compiled if _compiled.LXML_VERSION == etree.LXML_VERSION else None
+
+
+walk = compiled().walk if compiled() is not None else py_walk
