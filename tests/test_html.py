@@ -416,13 +416,13 @@ def test_the_compiled_walk_is_built_and_in_use():
 
     if os.environ.get("TOKENMILL_PURE_PYTHON") or not _compiler():
         pytest.skip("pure Python chosen, or no C compiler to build the compiled walk")
-    from tokenmill.transforms.extract import _compiled
+    from tokenmill.transforms.extract import accelerated
 
-    assert walk.walk is _compiled.walk
+    assert walk.walk is accelerated.walk
 
 
 def test_compiled_walk_gives_the_python_walks_pages():
-    compiled = pytest.importorskip("tokenmill.transforms.extract._compiled", reason="compiled walk not built")
+    compiled = pytest.importorskip("tokenmill.transforms.extract.accelerated", reason="compiled walk not built")
     from tokenmill.transforms.extract.walk import Page, py_walk
 
     n = 0
@@ -434,7 +434,7 @@ def test_compiled_walk_gives_the_python_walks_pages():
 
 
 def test_compiled_walk_keeps_the_deadline():
-    compiled = pytest.importorskip("tokenmill.transforms.extract._compiled", reason="compiled walk not built")
+    compiled = pytest.importorskip("tokenmill.transforms.extract.accelerated", reason="compiled walk not built")
     from lxml import etree
 
     from tokenmill.transforms.deadline import Timeout
@@ -446,7 +446,7 @@ def test_compiled_walk_keeps_the_deadline():
 
 @pytest.mark.parametrize("cap", [1, 2, 3, 5])
 def test_compiled_sweep_answers_as_the_pattern(cap):
-    compiled = pytest.importorskip("tokenmill.transforms.extract._compiled", reason="compiled walk not built")
+    compiled = pytest.importorskip("tokenmill.transforms.extract.accelerated", reason="compiled walk not built")
     import random
 
     from tokenmill.transforms.extract.tree import sweep

@@ -24,26 +24,29 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint32(16))
 
 
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutations h -> a * h + b (mod 2^32), a odd: its own draw,
+    repeated here because importing datasketch (it loads scipy) cost every worker 0.4 s;
+    tests/test_dedup.py checks the signatures against datasketch's MinHash bit for bit."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
 class MinHasher:
     """MinHash signatures as bytes (``num_perm`` little uint32): datasketch's ``MinHash`` with
     xxh32 (several times faster than its default sha1) and its affine32 scheme, bit for bit.
 
-    datasketch draws the permutations (once per DoFn instance, in ``setup``); the arithmetic is
-    done here, faster than ``MinHash.update_batch`` per document (bench/MEASUREMENTS.md: MinHash
-    arithmetic): no MinHash object per document, shingle hashes gathered in one pass, fixed-size
-    slices.
+    The permutations are datasketch's affine32 ones, drawn as its ``MinHash._init_permutations``
+    draws them (``permutations``); the arithmetic is done here, faster than
+    ``MinHash.update_batch`` per document (bench/MEASUREMENTS.md: MinHash arithmetic): no MinHash
+    object per document, shingle hashes gathered in one pass, fixed-size slices.
     """
 
     def __init__(self, num_perm: int, seed: int = 1):
-        from datasketch import MinHash
-
         self.num_perm = num_perm
-        # The scheme named, not defaulted: the arithmetic below is affine32's.
-        proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest, scheme="affine32")
-        a, b = proto.permutations
-        if a.dtype != np.uint32 or b.dtype != np.uint32:
-            raise RuntimeError(f"datasketch's affine32 permutations are {a.dtype}, expected uint32")
-        self._a, self._b = a, b
+        self._a, self._b = permutations(num_perm, seed)
         self._slice = max(1, _BLOCK_BYTES // (4 * num_perm))
 
     def signature(self, shingle_list: list[str] | list[bytes]) -> bytes | None:

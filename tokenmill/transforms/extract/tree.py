@@ -10,7 +10,7 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
-from .walk import INLINE, compiled
+from .walk import INLINE, accelerated
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
@@ -139,8 +139,8 @@ def sweep(max_attrs: int) -> re.Pattern:
 
 _SWEEP = sweep(_MAX_ATTRS)
 _TAG_ATTRS = re.compile(rb"(%s%s{0,%d}+)%s*+" % (_TAG_HEAD, _ATTR, _MAX_ATTRS, _ATTR))
-# The same answer as the sweep, compiled (_compiled.pyx; 0.44 ms a page for the pattern).
-_COMPILED = compiled()
+# The same answer as the sweep, compiled (accelerated.pyx; 0.44 ms a page for the pattern).
+_COMPILED = accelerated()
 
 
 def _over_cap(data: bytes) -> bool:

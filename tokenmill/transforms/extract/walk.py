@@ -1,7 +1,7 @@
 """The one walk over the tree: block-level elements to flat lists of nodes and runs of text
 (``Page``), hidden and junk elements skipped; everything afterwards works on these lists.
 
-``walk`` is the compiled walk (_compiled.pyx, over libxml2's nodes, 5-6x faster: bench/MEASUREMENTS.md)
+``walk`` is the compiled walk (accelerated.pyx, over libxml2's nodes; 1.75x: bench/MEASUREMENTS.md)
 where setup.py could build it against the running lxml, else ``py_walk``; both give equal pages
 (tests/test_html.py). TOKENMILL_PURE_PYTHON=1 chooses ``py_walk``.
 """
@@ -19,7 +19,7 @@ from .hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, h
 
 # Removed with their subtree before the walk (their tail text is kept). Forms are not here:
 # ASP.NET pages wrap the whole page in one. Nor are <nav>, <aside> and <footer>: broken markup
-# sometimes leaves the whole page inside one, so they are only "unlikely" (see _CHROME_TAGS).
+# sometimes leaves the whole page inside one, so they are only "unlikely" (see CHROME_TAGS).
 JUNK_TAGS = (
     *"""script style noscript template iframe frame frameset svg math canvas object embed applet video
     audio source track picture img map area button input select option optgroup textarea datalist output
@@ -34,24 +34,24 @@ INLINE = frozenset(
     "rp rt rtc ruby s samp small span strike strong sub sup time tt u var wbr br".split()
 )
 HEADINGS = frozenset("h1 h2 h3 h4 h5 h6".split())
-_CHROME_TAGS = frozenset("nav menu aside footer".split())
+CHROME_TAGS = frozenset("nav menu aside footer".split())
 
-_HIDDEN_STYLE_RE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
-
-
-def _is_hidden_style(style: str) -> bool:
-    return ("none" in style or "hidden" in style) and _HIDDEN_STYLE_RE.search(style) is not None
+HIDDEN_STYLE_RE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 
 
-_HIDDEN_CLASSES = frozenset(
+def is_hidden_style(style: str) -> bool:
+    return ("none" in style or "hidden" in style) and HIDDEN_STYLE_RE.search(style) is not None
+
+
+HIDDEN_CLASSES = frozenset(
     "hidden hide d-none sr-only visually-hidden visuallyhidden screen-reader-text screenreader-only "
     "screen-reader-only element-invisible invisible is-hidden u-hidden a11y-hidden".split()
 )
-_UNLIKELY_ROLES = frozenset(
+UNLIKELY_ROLES = frozenset(
     "navigation menu menubar menuitem complementary banner contentinfo dialog alertdialog search toolbar "
     "tablist tooltip".split()
 )
-_POSITIVE_ITEMPROP = re.compile(r"articleBody|reviewBody|text", re.I)
+POSITIVE_ITEMPROP = re.compile(r"articleBody|reviewBody|text", re.I)
 
 
 class Page:
@@ -88,28 +88,28 @@ class Page:
         self.b_points: list[float] = []  # Readability's paragraph score (0 below 25 characters)
 
 
-_BR = "\x00"  # marks a <br> (or a newline inside <pre>) in the raw text; real NULs are removed
+BR = "\x00"  # marks a <br> (or a newline inside <pre>) in the raw text; real NULs are removed
 
 
-_LENGTH_CAP = 3
+LENGTH_CAP = 3
 
 
-def _commas(text: str) -> int:
+def prose_commas(text: str) -> int:
     """Commas of prose: followed by a space in alphabetic scripts ("1,5" and "a,b,c" lists of a
     rating widget are not prose), bare in CJK."""
     return text.count(", ") + text.count("，") + text.count("、") + text.count("، ")
 
 
-def _paragraph_points(text: str) -> float:
+def paragraph_points(text: str) -> float:
     """Readability's score of a paragraph: 1 + (commas + 1) + one per 100 characters, at most 3."""
     n = len(text)
     if n < 25:
         return 0
-    return 2 + _commas(text) + min(n // 100, _LENGTH_CAP)
+    return 2 + prose_commas(text) + min(n // 100, LENGTH_CAP)
 
 
 def py_walk(top: etree._Element, deadline: float) -> Page:
-    """The walk in Python: the reference (_compiled.pyx is the same steps, compiled; ``walk``)."""
+    """The walk in Python: the reference (accelerated.pyx is the same steps, compiled; ``walk``)."""
     # One pass of iterwalk's start/end events; the per-event work is the extractor's largest
     # cost (bench/MEASUREMENTS.md: extraction speed), so the common cases come first and stay
     # inline: an element without attributes, an inline element's end (told from a block's end by
@@ -128,7 +128,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
     n_br = 0  # <br> marks in buf (not text: they do not count in the link share's denominator)
     pre_depth = 0
     skipping = None  # the element whose subtree is being skipped (its "end" event still comes)
-    inline, headings, chrome = INLINE, HEADINGS, _CHROME_TAGS
+    inline, headings, chrome = INLINE, HEADINGS, CHROME_TAGS
 
     def flush() -> None:
         nonlocal link_len, n_br
@@ -137,8 +137,8 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
         raw_len = len(text) - n_br
         ln = link_len
         link_len = n_br = 0
-        if _BR in text:
-            text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(_BR))))
+        if BR in text:
+            text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(BR))))
         elif text.isspace():
             return
         else:
@@ -149,14 +149,14 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             b_node.append(cur)
             b_len.append(n)
             b_link.append(n * ln / raw_len if ln else 0.0)
-            commas = _commas(text)
+            commas = prose_commas(text)
             b_commas.append(commas)
             if "\n" in text:
                 # Lines split by <br> are paragraphs of their own (Readability turns <br><br> into
                 # <p>), or a long <br>-formatted text would score like one short paragraph.
-                b_points.append(sum(_paragraph_points(line) for line in text.split("\n")))
+                b_points.append(sum(paragraph_points(line) for line in text.split("\n")))
             else:
-                b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
+                b_points.append(2 + commas + min(n // 100, LENGTH_CAP) if n >= 25 else 0)
 
     walker = etree.iterwalk(top, events=("start", "end"))
     count = 0
@@ -169,7 +169,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             keys = el.keys()  # the cheapest look at the attributes; most elements have one or none
             if not keys and tag in inline:
                 if tag == "br":
-                    buf.append(_BR)
+                    buf.append(BR)
                     n_br += 1
                     continue
                 if tag == "a":
@@ -177,7 +177,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                 t = el.text
                 if t:
                     if pre_depth:
-                        t = t.replace("\n", _BR)
+                        t = t.replace("\n", BR)
                     buf.append(t)
                     if open_links:
                         link_len += len(t)
@@ -194,8 +194,8 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                 if (
                     "hidden" in keys
                     or ("aria-hidden" in keys and el.get("aria-hidden") == "true")
-                    or ("style" in keys and _is_hidden_style(el.get("style")))
-                    or (cls and not _HIDDEN_CLASSES.isdisjoint(cls.split()))
+                    or ("style" in keys and is_hidden_style(el.get("style")))
+                    or (cls and not HIDDEN_CLASSES.isdisjoint(cls.split()))
                 ):
                     if buf and tag not in inline:
                         flush()
@@ -204,9 +204,9 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                     continue
                 if (cls or id_) and tag != "a":  # links are never skipped for their names
                     unlikely, weight = hints(cls, id_)
-                if "role" in keys and el.get("role") in _UNLIKELY_ROLES:
+                if "role" in keys and el.get("role") in UNLIKELY_ROLES:
                     unlikely |= F_UNLIKELY
-                if "itemprop" in keys and _POSITIVE_ITEMPROP.search(el.get("itemprop")):
+                if "itemprop" in keys and POSITIVE_ITEMPROP.search(el.get("itemprop")):
                     flag |= F_POSITIVE
                     weight += 25
                     unlikely = 0
@@ -218,7 +218,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                 unlikely = 0  # the page itself and semantic content containers are never unlikely
             if tag in inline:
                 if tag == "br":
-                    buf.append(_BR)
+                    buf.append(BR)
                     n_br += 1
                     continue
                 if unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
@@ -230,7 +230,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                 t = el.text
                 if t:
                     if pre_depth:
-                        t = t.replace("\n", _BR)
+                        t = t.replace("\n", BR)
                     buf.append(t)
                     if open_links:
                         link_len += len(t)
@@ -253,7 +253,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             t = el.text
             if t:
                 if pre_depth:
-                    t = t.replace("\n", _BR)
+                    t = t.replace("\n", BR)
                 buf.append(t)
                 if open_links:
                     link_len += len(t)
@@ -281,7 +281,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             t = el.tail
             if t:
                 if pre_depth:
-                    t = t.replace("\n", _BR)
+                    t = t.replace("\n", BR)
                 buf.append(t)
                 if open_links:
                     link_len += len(t)
@@ -290,16 +290,17 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
     return pg
 
 
-def compiled():
-    """The extractor's compiled module (_compiled.pyx: ``walk``, ``over_cap``) where setup.py
+def accelerated():
+    """The extractor's compiled module (accelerated.pyx: ``walk``, ``over_cap``) where setup.py
     built it against the lxml that is running, else None (TOKENMILL_PURE_PYTHON=1: None)."""
     if os.environ.get("TOKENMILL_PURE_PYTHON"):
         return None
     try:
-        from . import _compiled
+        from . import accelerated as module
     except ImportError:
         return None
-    return _compiled if _compiled.LXML_VERSION == etree.LXML_VERSION else None
+    return module if module.LXML_VERSION == etree.LXML_VERSION else None
 
 
-walk = compiled().walk if compiled() is not None else py_walk
+_ACCELERATED = accelerated()
+walk = _ACCELERATED.walk if _ACCELERATED is not None else py_walk

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""walk.py's walk, compiled, over libxml2's nodes themselves.
+"""walk.py's walk and tree.py's attribute-cap sweep, compiled: the walk over libxml2's nodes themselves.
 
 The Python walk spends most of its time in lxml's per-element proxies (iterwalk's events,
 keys(), get(), text, tail): here the same steps read the C nodes lxml's tree is made of (names,
@@ -41,15 +41,15 @@ LXML_VERSION = etree.LXML_VERSION
 
 cdef object _INLINE = _ref.INLINE
 cdef object _HEADINGS = _ref.HEADINGS
-cdef object _CHROME = _ref._CHROME_TAGS
-cdef object _HIDDEN_CLASSES = _ref._HIDDEN_CLASSES
-cdef object _UNLIKELY_ROLES = _ref._UNLIKELY_ROLES
-cdef object _POSITIVE_ITEMPROP = _ref._POSITIVE_ITEMPROP
-cdef object _is_hidden_style = _ref._is_hidden_style
-cdef object _BR = _ref._BR
-cdef object _commas = _ref._commas
-cdef object _paragraph_points = _ref._paragraph_points
-cdef int _LENGTH_CAP = _ref._LENGTH_CAP
+cdef object _CHROME = _ref.CHROME_TAGS
+cdef object _HIDDEN_CLASSES = _ref.HIDDEN_CLASSES
+cdef object _UNLIKELY_ROLES = _ref.UNLIKELY_ROLES
+cdef object _POSITIVE_ITEMPROP = _ref.POSITIVE_ITEMPROP
+cdef object _is_hidden_style = _ref.is_hidden_style
+cdef object _BR = _ref.BR
+cdef object _prose_commas = _ref.prose_commas
+cdef object _paragraph_points = _ref.paragraph_points
+cdef int _LENGTH_CAP = _ref.LENGTH_CAP
 cdef object _Page = _ref.Page
 
 
@@ -190,7 +190,7 @@ cdef class _Walk:
         self.b_node.append(self.cur)
         self.b_len.append(n)
         self.b_link.append(n * ln / raw_len if ln else 0.0)
-        commas = _commas(text)
+        commas = _prose_commas(text)
         self.b_commas.append(commas)
         if "\n" in text:
             self.b_points.append(sum([_paragraph_points(line) for line in text.split("\n")]))
