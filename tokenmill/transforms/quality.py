@@ -17,10 +17,10 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import compress
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from tokenmill.config import QualityConfig
@@ -92,42 +92,53 @@ def _dup_fracs(items: list[str]) -> tuple[float, float]:
     return dup / len(items), dup_chars / (sum(map(len, items)) or 1)
 
 
-def _ngram_keys(words: list[str], n: int):
-    # One int per n-gram (Python's 64-bit tuple hash), made as needed: sets and counters of
-    # ints take a third of the memory of the n-gram tuples themselves, which on the largest
-    # pages set the pipeline's peak (bench/MEASUREMENTS.md: n-gram keys). Two different n-grams of
-    # one document share a key with odds of about 1e-10.
-    return map(hash, zip(*(words[k:] for k in range(n))))
+def _ngram_ranks(lower_words: list[str], deadline: float | None):
+    """For n = 2, 3, ...: (n, each n-gram's rank (equal n-grams, equal ranks: exact, no hashing),
+    the number of occurrences of each rank, the first position of each rank), until no n-gram
+    repeats: then no longer one does either (its first n words would repeat)."""
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(lower_words))}
+    ids = np.fromiter(map(vocab.__getitem__, lower_words), np.int64, len(lower_words))
+    rank, size = ids, len(vocab)
+    for n in range(2, 11):
+        m = len(ids) - n + 1
+        if m <= 0:
+            return
+        # an n-gram is its (n-1)-gram's rank and its last word: one int64, ranked by np.unique
+        keys = rank[:m] * size + ids[n - 1:]
+        _, first, rank, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+        size = len(vocab)
+        yield n, rank, counts, first
+        if counts.max() <= 1:
+            return
+        check(deadline)
 
 
-def _top_ngram_frac(words: list[str], n: int, lengths: list[int], total_chars: int) -> float:
-    """Characters covered by the most frequent word n-gram, over all word characters (Gopher)."""
-    if len(words) < n:
+def _top_ngram_frac(n: int, counts, first, ends, word_chars: int) -> float:
+    """Characters of the most frequent word n-gram (the first seen on a tie) times its count,
+    over all word characters (Gopher); 0 when none repeats."""
+    top = int(counts.max())
+    if top <= 1:
         return 0.0
-    key, count = Counter(_ngram_keys(words, n)).most_common(1)[0]
-    if count <= 1:
-        return 0.0
-    first = next(i for i, k in enumerate(_ngram_keys(words, n)) if k == key)
-    return sum(lengths[first:first + n]) * count / (total_chars or 1)
+    at = int(first[counts == top].min())
+    return int(ends[at + n] - ends[at]) * top / (word_chars or 1)
 
 
-def _dup_ngram_frac(words: list[str], n: int, lengths: list[int], total_chars: int) -> float:
-    """Characters of words inside n-grams that occur more than once (Gopher, non-overlapping).
-    ``lengths`` are the words' lengths, ``total_chars`` their sum (computed once per doc)."""
-    if len(words) < n:
-        return 0.0
+def _dup_ngram_frac(n: int, rank, counts, ends, word_chars: int) -> float:
+    """Characters of words inside n-grams that occur more than once (Gopher, non-overlapping:
+    after a repeat, the next n-gram considered starts past it). Only n-grams that occur twice
+    or more are looked at, in order."""
+    where = np.flatnonzero(counts[rank] >= 2)
     seen: set[int] = set()
-    covered = [False] * len(words)
-    resume = 0  # after a repeat, the next n-gram considered starts past it
-    for i, key in enumerate(_ngram_keys(words, n)):
+    covered = resume = 0
+    for i, key in zip(where.tolist(), rank[where].tolist()):
         if i < resume:
             continue
         if key in seen:
-            covered[i:i + n] = [True] * n
+            covered += int(ends[i + n] - ends[i])
             resume = i + n
         else:
             seen.add(key)
-    return sum(compress(lengths, covered)) / (total_chars or 1)
+    return covered / (word_chars or 1)
 
 
 def _entropy(counts: Counter) -> float:
@@ -135,6 +146,12 @@ def _entropy(counts: Counter) -> float:
     if not total:
         return 0.0
     return -sum(c / total * math.log2(c / total) for c in counts.values())
+
+
+def _alpha_words(words: list[str]) -> int:
+    """Words with a letter; each distinct word looked at once."""
+    has_letter = {w: 1 if _LETTER.search(w) else 0 for w in dict.fromkeys(words)}
+    return sum(map(has_letter.__getitem__, words))
 
 
 def _gopher(text: str, words: list[str], lower_words: list[str], lines: list[str], stops: set[str]) -> dict[str, Any]:
@@ -149,7 +166,7 @@ def _gopher(text: str, words: list[str], lower_words: list[str], lines: list[str
         "ellipsis_word_ratio": sum(text.count(e) for e in _ELLIPSIS) / max(n_words, 1),
         "bullet_line_ratio": sum(ln.startswith(_BULLETS) for ln in lines) / n_lines,
         "ellipsis_line_ratio": sum(ln.endswith(_ELLIPSIS) for ln in lines) / n_lines,
-        "alpha_word_ratio": (sum(bool(_LETTER.search(w)) for w in words) / n_words) if n_words else 0.0,
+        "alpha_word_ratio": _alpha_words(words) / n_words if n_words else 0.0,
         # "at least two of the following English words": distinct words of the list.
         "stop_words": len(stops.intersection(lower_words)),
     }
@@ -161,18 +178,17 @@ def _repetition(lower_words: list[str], lines: list[str], text: str, deadline: f
     s["dup_line_frac"], s["dup_line_char_frac"] = _dup_fracs(lines)
     s["dup_para_frac"], s["dup_para_char_frac"] = _dup_fracs([p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()])
     check(deadline)
-    lengths = list(map(len, lower_words))  # lowercasing can change a length ("İ" -> "i̇")
-    word_chars = sum(lengths)
-    # Shortcuts, exact: with no repeated n-gram there is no repeated (n+1)-gram either (its
-    # first n words would repeat), so once a fraction is 0 the longer ones are 0 too.
-    frac = 1.0
-    for n in (2, 3, 4):
-        frac = s[f"top_{n}gram_frac"] = _top_ngram_frac(lower_words, n, lengths, word_chars) if frac else 0.0
-        check(deadline)
-    frac = 1.0
-    for n in range(5, 11):
-        frac = s[f"dup_{n}gram_frac"] = _dup_ngram_frac(lower_words, n, lengths, word_chars) if frac else 0.0
-        check(deadline)
+    # word characters before each word (lowercasing can change a length: "İ" -> "i̇")
+    ends = np.zeros(len(lower_words) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, lower_words), np.int64, len(lower_words)), out=ends[1:])
+    word_chars = int(ends[-1])
+    for n in range(2, 11):
+        s[f"top_{n}gram_frac" if n <= 4 else f"dup_{n}gram_frac"] = 0.0
+    for n, rank, counts, first in _ngram_ranks(lower_words, deadline):
+        if n <= 4:
+            s[f"top_{n}gram_frac"] = _top_ngram_frac(n, counts, first, ends, word_chars)
+        else:
+            s[f"dup_{n}gram_frac"] = _dup_ngram_frac(n, rank, counts, ends, word_chars)
     return s
 
 
