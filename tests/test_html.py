@@ -377,7 +377,6 @@ def _trees():
 
     from tokenmill.transforms.extract.core import _body
     from tokenmill.transforms.extract.tree import parse
-    from tokenmill.transforms.extract.walk import JUNK_TAGS
 
     pages = []
     root = _shared_data() / "html_extraction"
@@ -400,7 +399,6 @@ def _trees():
     for name, text in pages:
         tree = parse(text, time.monotonic() + 60)
         if tree is not None:
-            etree.strip_elements(tree, *JUNK_TAGS, with_tail=False)
             yield name, _body(tree)
     # elements with a namespace (lxml's "{ns}tag") and a CDATA text node
     top = etree.Element("body")
@@ -408,6 +406,14 @@ def _trees():
     p = etree.SubElement(top, "p")
     p.text = etree.CDATA("one, in CDATA")
     etree.SubElement(p, "b").tail = "and a tail"
+    # comments and PIs (the parser drops them; neither walk visits them) and junk inside a link
+    p.append(etree.Comment("a comment"))
+    p[-1].tail = " after the comment"
+    p.append(etree.ProcessingInstruction("pi", "x"))
+    p[-1].tail = " after the PI"
+    a = etree.SubElement(p, "a")
+    a.text = "link "
+    etree.SubElement(a, "img").tail = "tail of an image in a link"
     yield "built", top
 
 

@@ -4,7 +4,7 @@
 The Python walk spends most of its time in lxml's per-element proxies (iterwalk's events,
 keys(), get(), text, tail): here the same steps read the C nodes lxml's tree is made of (names,
 attributes and text nodes, UTF-8 in libxml2), and build the same ``Page``. walk.py is the
-reference: the vocabularies, the paragraph scores and the block rules are imported from it, and
+reference: the vocabularies, the paragraph scores and ``Page`` come from blocks.py, as walk.py's do, and
 tests/test_html.py checks that both walks give equal pages on every shared page and on the
 hostile trees. Built by setup.py where a C compiler is (optional: without it, walk.py's walk runs).
 """
@@ -22,16 +22,13 @@ from lxml.includes.tree cimport (
     xmlNode,
 )
 
-import importlib
-
 from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
 from .hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
 
-# walk.py, which imports this module at its end (sys.modules holds it, not yet the package).
-_ref = importlib.import_module("tokenmill.transforms.extract.walk")
+from . import blocks
 
 cetree.import_lxml__etree()
 
@@ -39,18 +36,19 @@ cetree.import_lxml__etree()
 # walk.py uses this walk only when the running lxml is the same (see walk.py).
 LXML_VERSION = etree.LXML_VERSION
 
-cdef object _INLINE = _ref.INLINE
-cdef object _HEADINGS = _ref.HEADINGS
-cdef object _CHROME = _ref.CHROME_TAGS
-cdef object _HIDDEN_CLASSES = _ref.HIDDEN_CLASSES
-cdef object _UNLIKELY_ROLES = _ref.UNLIKELY_ROLES
-cdef object _POSITIVE_ITEMPROP = _ref.POSITIVE_ITEMPROP
-cdef object _is_hidden_style = _ref.is_hidden_style
-cdef object _BR = _ref.BR
-cdef object _prose_commas = _ref.prose_commas
-cdef object _paragraph_points = _ref.paragraph_points
-cdef int _LENGTH_CAP = _ref.LENGTH_CAP
-cdef object _Page = _ref.Page
+cdef object _INLINE = blocks.INLINE
+cdef object _JUNK = blocks.JUNK
+cdef object _HEADINGS = blocks.HEADINGS
+cdef object _CHROME = blocks.CHROME_TAGS
+cdef object _HIDDEN_CLASSES = blocks.HIDDEN_CLASSES
+cdef object _UNLIKELY_ROLES = blocks.UNLIKELY_ROLES
+cdef object _POSITIVE_ITEMPROP = blocks.POSITIVE_ITEMPROP
+cdef object _is_hidden_style = blocks.is_hidden_style
+cdef object _BR = blocks.BR
+cdef object _prose_commas = blocks.prose_commas
+cdef object _paragraph_points = blocks.paragraph_points
+cdef int _LENGTH_CAP = blocks.LENGTH_CAP
+cdef object _Page = blocks.Page
 
 
 # What walk.py's sets say of a tag, as bits (one lookup per tag name and page).
@@ -62,12 +60,14 @@ cdef enum:
     K_A = 16
     K_PRE = 32
     K_SEMANTIC = 64  # article, main: never unlikely for their own hints
+    K_JUNK = 128
 
 
 cdef int _kind(str tag):
     return ((K_INLINE if tag in _INLINE else 0) | (K_HEADING if tag in _HEADINGS else 0)
             | (K_CHROME if tag in _CHROME else 0) | (K_BR if tag == "br" else 0) | (K_A if tag == "a" else 0)
-            | (K_PRE if tag == "pre" else 0) | (K_SEMANTIC if tag in ("article", "main") else 0))
+            | (K_PRE if tag == "pre" else 0) | (K_SEMANTIC if tag in ("article", "main") else 0)
+            | (K_JUNK if tag in _JUNK else 0))
 
 
 cdef inline str _utf8(const char* s):
@@ -121,7 +121,8 @@ cdef str _attr_value(xmlAttr* a):
 
 
 cdef inline xmlNode* _element(xmlNode* n):
-    """``n`` or its first following sibling that is an element, or NULL."""
+    """``n`` or its first following sibling that is an element, or NULL (as iterwalk, which
+    does not visit comments or PIs; the parser drops them anyway)."""
     while n is not NULL and n.type != XML_ELEMENT_NODE:
         n = n.next
     return n
@@ -226,92 +227,96 @@ def walk(top, double deadline):
         count += 1
         if not count & 255:
             check(deadline)
-        descend = True
         tag, kind = w.tag(n)
-        unlikely = weight = flag = 0
-        cls = ""
-        a_class = a_id = a_hidden = a_aria = a_style = a_role = a_itemprop = NULL
-        a = n.properties
-        while a is not NULL:
-            if a.ns is NULL:
-                name = <const char*>a.name
-                if strcmp(name, "class") == 0:
-                    if a_class is NULL:
-                        a_class = a
-                elif strcmp(name, "id") == 0:
-                    if a_id is NULL:
-                        a_id = a
-                elif strcmp(name, "hidden") == 0:
-                    a_hidden = a
-                elif strcmp(name, "aria-hidden") == 0:
-                    if a_aria is NULL:
-                        a_aria = a
-                elif strcmp(name, "style") == 0:
-                    if a_style is NULL:
-                        a_style = a
-                elif strcmp(name, "role") == 0:
-                    if a_role is NULL:
-                        a_role = a
-                elif strcmp(name, "itemprop") == 0:
-                    if a_itemprop is NULL:
-                        a_itemprop = a
-            a = a.next
-        if a_class is not NULL:
-            cls = _attr_value(a_class)
-        id_ = _attr_value(a_id) if a_id is not NULL and not kind & K_HEADING else ""
-        if (a_hidden is not NULL
-                or (a_aria is not NULL and _attr_value(a_aria) == "true")
-                or (a_style is not NULL and _is_hidden_style(_attr_value(a_style)))
-                or (cls and w.hides(cls))):
-            if w.buf and not kind & K_INLINE:
-                w.flush()
+        if kind & K_JUNK:  # skipped as if it were not there (no line break), its tail kept
             skipping = n
             descend = False
         else:
-            if (cls or id_) and not kind & K_A:  # links are never skipped for their names
-                unlikely, weight = hints(cls, id_)
-            if a_role is not NULL and _attr_value(a_role) in _UNLIKELY_ROLES:
-                unlikely |= F_UNLIKELY
-            if a_itemprop is not NULL and _POSITIVE_ITEMPROP.search(_attr_value(a_itemprop)):
-                flag |= F_POSITIVE
-                weight += 25
-                unlikely = 0
-            if kind & K_CHROME:
-                unlikely |= F_UNLIKELY
-            if unlikely and (not stack or (kind & K_SEMANTIC and not UNLIKELY_ARTICLE_RE.search(cls))):
-                unlikely = 0  # the page itself and semantic content containers are never unlikely
-            if kind & K_INLINE:
-                if kind & K_BR:
-                    w.buf.append(_BR)
-                    w.n_br += 1
-                elif unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
-                    skipping = n
-                    descend = False
+            descend = True
+            unlikely = weight = flag = 0
+            cls = ""
+            a_class = a_id = a_hidden = a_aria = a_style = a_role = a_itemprop = NULL
+            a = n.properties
+            while a is not NULL:
+                if a.ns is NULL:
+                    name = <const char*>a.name
+                    if strcmp(name, "class") == 0:
+                        if a_class is NULL:
+                            a_class = a
+                    elif strcmp(name, "id") == 0:
+                        if a_id is NULL:
+                            a_id = a
+                    elif strcmp(name, "hidden") == 0:
+                        a_hidden = a
+                    elif strcmp(name, "aria-hidden") == 0:
+                        if a_aria is NULL:
+                            a_aria = a
+                    elif strcmp(name, "style") == 0:
+                        if a_style is NULL:
+                            a_style = a
+                    elif strcmp(name, "role") == 0:
+                        if a_role is NULL:
+                            a_role = a
+                    elif strcmp(name, "itemprop") == 0:
+                        if a_itemprop is NULL:
+                            a_itemprop = a
+                a = a.next
+            if a_class is not NULL:
+                cls = _attr_value(a_class)
+            id_ = _attr_value(a_id) if a_id is not NULL and not kind & K_HEADING else ""
+            if (a_hidden is not NULL
+                    or (a_aria is not NULL and _attr_value(a_aria) == "true")
+                    or (a_style is not NULL and _is_hidden_style(_attr_value(a_style)))
+                    or (cls and w.hides(cls))):
+                if w.buf and not kind & K_INLINE:
+                    w.flush()
+                skipping = n
+                descend = False
+            else:
+                if (cls or id_) and not kind & K_A:  # links are never skipped for their names
+                    unlikely, weight = hints(cls, id_)
+                if a_role is not NULL and _attr_value(a_role) in _UNLIKELY_ROLES:
+                    unlikely |= F_UNLIKELY
+                if a_itemprop is not NULL and _POSITIVE_ITEMPROP.search(_attr_value(a_itemprop)):
+                    flag |= F_POSITIVE
+                    weight += 25
+                    unlikely = 0
+                if kind & K_CHROME:
+                    unlikely |= F_UNLIKELY
+                if unlikely and (not stack or (kind & K_SEMANTIC and not UNLIKELY_ARTICLE_RE.search(cls))):
+                    unlikely = 0  # the page itself and semantic content containers are never unlikely
+                if kind & K_INLINE:
+                    if kind & K_BR:
+                        w.buf.append(_BR)
+                        w.n_br += 1
+                    elif unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
+                        skipping = n
+                        descend = False
+                    else:
+                        if kind & K_A:
+                            open_links.append(<size_t>n)
+                        t = _text(n.children)
+                        if t:
+                            w.add(t, len(open_links) > 0)
                 else:
-                    if kind & K_A:
-                        open_links.append(<size_t>n)
+                    if w.buf:
+                        w.flush()
+                    i = len(w.tags)
+                    w.tags.append(tag)
+                    w.parents.append(w.cur)
+                    w.ends.append(i)
+                    w.weights.append(weight)
+                    w.flags.append(flag | unlikely)
+                    w.classes.append(cls)
+                    stack.append(i)
+                    open_blocks.append(<size_t>n)
+                    block_el = n
+                    w.cur = i
+                    if kind & K_PRE:
+                        w.pre_depth += 1
                     t = _text(n.children)
                     if t:
                         w.add(t, len(open_links) > 0)
-            else:
-                if w.buf:
-                    w.flush()
-                i = len(w.tags)
-                w.tags.append(tag)
-                w.parents.append(w.cur)
-                w.ends.append(i)
-                w.weights.append(weight)
-                w.flags.append(flag | unlikely)
-                w.classes.append(cls)
-                stack.append(i)
-                open_blocks.append(<size_t>n)
-                block_el = n
-                w.cur = i
-                if kind & K_PRE:
-                    w.pre_depth += 1
-                t = _text(n.children)
-                if t:
-                    w.add(t, len(open_links) > 0)
         if descend:
             child = _element(n.children)
             if child is not NULL:

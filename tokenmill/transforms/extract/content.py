@@ -7,8 +7,8 @@ import re
 
 from tokenmill.transforms.deadline import check
 
+from .blocks import HEADINGS, Page
 from .score import Aggregates, ancestors, choose, score
-from .walk import HEADINGS, Page
 
 _CLEAN_TAGS = frozenset("div section ul ol dl table form fieldset header figure details center".split())
 # Less text than this means "try again with fewer filters" (Readability uses 500; 200 keeps

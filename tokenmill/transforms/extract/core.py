@@ -15,7 +15,7 @@ from .content import assemble, main_blocks, polish, title_heading
 from .decode import decode_html
 from .sniff import looks_binary, looks_binary_text
 from .tree import parse
-from .walk import JUNK_TAGS, walk
+from .walk import walk
 
 
 @dataclass
@@ -98,7 +98,6 @@ def extract_html(
             return Extracted(None, "no_text", encoding=encoding)
         check(deadline)
         title = _get_title(root)
-        etree.strip_elements(root, *JUNK_TAGS, with_tail=False)
         body = _body(root)
         pg = walk(body, deadline)
         blocks = main_blocks(pg, deadline)

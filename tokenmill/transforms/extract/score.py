@@ -7,8 +7,8 @@ import re
 
 from tokenmill.transforms.deadline import check
 
+from .blocks import HEADINGS, Page
 from .hints import F_ANY_UNLIKELY, F_BOILERPLATE, F_POSITIVE
-from .walk import HEADINGS, Page
 
 # Blocks whose text Readability scores as a paragraph: the score goes to the element's parent.
 _PARAGRAPH_TAGS = frozenset("p pre td h2 h3 h4 h5 h6 blockquote".split())

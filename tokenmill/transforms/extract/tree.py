@@ -10,7 +10,8 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
-from .walk import INLINE, accelerated
+from .blocks import INLINE
+from .walk import accelerated
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
