@@ -74,8 +74,9 @@ def sentences(line: str) -> int:
         return max(1, sum(1 for _ in nlp(line).sents))
 
 
-def _duplicates(items: list[str]) -> tuple[int, int]:
-    """gopher_repetition_filter.find_duplicates: (repeated items, their characters)."""
+def duplicates(items: list[str]) -> tuple[int, int]:
+    """(items that repeat an earlier one, their characters): datatrove's find_duplicates, and
+    Gopher's duplicate lines and paragraphs."""
     seen: set[str] = set()
     dup = dup_chars = 0
     for it in items:
@@ -132,10 +133,10 @@ def gopher(text: str, tokens: list[str]) -> dict[str, Any]:
 def repetition(text: str, tokens: list[str], deadline: float | None) -> dict[str, Any]:
     size = len(text) or 1
     paragraphs = _PARAGRAPHS.split(text.strip())
-    dup, dup_chars = _duplicates(paragraphs)
+    dup, dup_chars = duplicates(paragraphs)
     s: dict[str, Any] = {"dup_para_frac": dup / len(paragraphs), "dup_para_char_frac": dup_chars / size}
     lines = _LINES.split(text)
-    dup, dup_chars = _duplicates(lines)
+    dup, dup_chars = duplicates(lines)
     s["dup_line_frac"], s["dup_line_char_frac"] = dup / len(lines), dup_chars / size
     check(deadline)
     for n in (2, 3, 4):

@@ -20,7 +20,7 @@ import numpy as np
 
 from tokenmill.config import QualityConfig
 from tokenmill.transforms import quality_datatrove as datatrove
-from tokenmill.transforms.quality_datatrove import TERMINAL_PUNCTUATION
+from tokenmill.transforms.quality_datatrove import TERMINAL_PUNCTUATION, duplicates
 from tokenmill.transforms.stage_base import check
 
 _WORD = re.compile(r"\w+(?:['\u2019-]\w+)*")
@@ -62,24 +62,11 @@ def words_of(text: str, no_space: bool) -> list[str]:
     return _WORD.findall(text)
 
 
-def _duplicates(items: list[str]) -> tuple[int, int]:
-    """(items that repeat an earlier one, characters in those repeats)."""
-    seen: set[str] = set()
-    dup = dup_chars = 0
-    for it in items:
-        if it in seen:
-            dup += 1
-            dup_chars += len(it)
-        else:
-            seen.add(it)
-    return dup, dup_chars
-
-
 def _dup_fracs(items: list[str]) -> tuple[float, float]:
     """(fraction of items that repeat an earlier one, fraction of characters in those repeats)."""
     if not items:
         return 0.0, 0.0
-    dup, dup_chars = _duplicates(items)
+    dup, dup_chars = duplicates(items)
     return dup / len(items), dup_chars / (sum(map(len, items)) or 1)
 
 
@@ -223,7 +210,7 @@ def _fineweb(text: str, n_tokens: int, cfg: QualityConfig) -> dict[str, Any]:
     return {
         "terminal_punct_line_ratio": sum(ln.endswith(TERMINAL_PUNCTUATION) for ln in lines) / len(lines),
         "short_line_ratio": sum(len(ln) <= cfg.fineweb_short_line_chars for ln in lines) / len(lines),
-        "dup_line_chars_ratio": _duplicates(lines)[1] / (len(text.replace("\n", "")) or 1),
+        "dup_line_chars_ratio": duplicates(lines)[1] / (len(text.replace("\n", "")) or 1),
         "newline_word_ratio": text.count("\n") / max(n_tokens, 1),
     }
 

@@ -34,10 +34,8 @@ from .hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, h
 
 def py_walk(top: etree._Element, deadline: float) -> Page:
     """The walk in Python: the reference (accelerated.pyx is the same steps, compiled; ``walk``)."""
-    # One pass of iterwalk's start/end events; the per-event work is the extractor's largest
-    # cost (bench/MEASUREMENTS.md: extraction speed), so the common cases come first and stay
-    # inline: an element without attributes, an inline element's end (told from a block's end by
-    # identity with the open block, without reading its tag), whitespace between tags.
+    # One pass of iterwalk's start/end events; an inline element's end is told from a block's
+    # end by identity with the open block, without reading its tag.
     pg = Page()
     tags, parents, ends, weights, flags, classes = pg.tag, pg.parent, pg.end, pg.weight, pg.flags, pg.cls
     b_text, b_node, b_len, b_link, b_commas = pg.b_text, pg.b_node, pg.b_len, pg.b_link, pg.b_commas
@@ -90,22 +88,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             check(deadline)
         if event == "start":
             tag = el.tag
-            keys = el.keys()  # the cheapest look at the attributes; most elements have one or none
-            if not keys and tag in inline:
-                if tag == "br":
-                    buf.append(BR)
-                    n_br += 1
-                    continue
-                if tag == "a":
-                    open_links.append(el)
-                t = el.text
-                if t:
-                    if pre_depth:
-                        t = t.replace("\n", BR)
-                    buf.append(t)
-                    if open_links:
-                        link_len += len(t)
-                continue
+            keys = el.keys()
             if tag in junk or not isinstance(tag, str):  # a comment's or PI's tag is a function
                 walker.skip_subtree()
                 skipping = el
