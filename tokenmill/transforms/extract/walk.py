@@ -80,6 +80,16 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             else:
                 b_points.append(2 + commas + min(n // 100, LENGTH_CAP) if n >= 25 else 0)
 
+    def add(t: str | None) -> None:
+        """Text (or tail) of an element into the current run; <pre> keeps its line breaks."""
+        nonlocal link_len
+        if t:
+            if pre_depth:
+                t = t.replace("\n", BR)
+            buf.append(t)
+            if open_links:
+                link_len += len(t)
+
     walker = etree.iterwalk(top, events=("start", "end"))
     count = 0
     for event, el in walker:
@@ -138,13 +148,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                     continue
                 if tag == "a":
                     open_links.append(el)
-                t = el.text
-                if t:
-                    if pre_depth:
-                        t = t.replace("\n", BR)
-                    buf.append(t)
-                    if open_links:
-                        link_len += len(t)
+                add(el.text)
                 continue
             if buf:
                 flush()
@@ -161,13 +165,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             cur = i
             if tag == "pre":
                 pre_depth += 1
-            t = el.text
-            if t:
-                if pre_depth:
-                    t = t.replace("\n", BR)
-                buf.append(t)
-                if open_links:
-                    link_len += len(t)
+            add(el.text)
         else:
             if el is skipping:
                 skipping = None
@@ -189,13 +187,7 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
                 open_links.pop()
             if el is top:
                 break
-            t = el.tail
-            if t:
-                if pre_depth:
-                    t = t.replace("\n", BR)
-                buf.append(t)
-                if open_links:
-                    link_len += len(t)
+            add(el.tail)
     if buf and cur >= 0:
         flush()
     return pg
