@@ -436,7 +436,7 @@ def test_compiled_walk_gives_the_python_walks_pages():
         a, b = py_walk(top, time.monotonic() + 60), compiled.walk(top, time.monotonic() + 60)
         assert [getattr(a, s) for s in Page.__slots__] == [getattr(b, s) for s in Page.__slots__], name
         n += 1
-    assert n >= 10
+    assert n >= 9  # the hand-made trees, and every shared page where ../shared/data is
 
 
 def test_compiled_walk_keeps_the_deadline():
