@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -330,3 +331,16 @@ def test_an_output_folder_inside_the_input_is_not_read_back(tmp_path, data, fast
         assert rc == 0 and report["inputs_skipped"] == {"output_folder": 1}
         ids.append(doc_ids(out))
     assert ids[0] == ids[1] and len(ids[0]) == 20
+
+
+def test_an_exit_handler_that_never_returns_does_not_keep_a_run_alive(tmp_path):
+    """A Beam verb's process ends with its code even when an atexit handler hangs (a CI run saw
+    one hang after `tokenmill: interrupted`): the handlers get EXIT_HANDLERS_S, then it ends."""
+    code = ("import atexit, sys, threading; from tokenmill import cli, ending; ending.EXIT_HANDLERS_S = 1.0; "
+            "atexit.register(threading.Event().wait); "
+            f"sys.argv = ['tokenmill', 'prepare', '--output', {str(tmp_path / 'out')!r}, '--input', '/nope']; "
+            "cli.entry()")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and time.monotonic() - t0 < 30, p.stderr
+    assert "/nope" in one_error_line(p.stderr)

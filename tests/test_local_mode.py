@@ -49,3 +49,17 @@ def test_workers_are_held_to_one_per_gib_of_available_memory(big, cores):
 def test_the_users_flags_are_taken_as_given(big, cores, flag):
     cores(4)
     assert default_flags([flag], [str(big)]) == []
+
+
+def test_beams_state_sampler_waits_a_tenth_at_a_bundles_end():
+    """Every bundle ends by joining Beam's state-sampler thread, which sleeps up to its period:
+    Beam loaded by tokenmill (launcher and workers) samples every 20 ms, not 200."""
+    import subprocess
+    import sys
+
+    code = ("from tokenmill.pipelines.beamload import import_lean, SAMPLING_PERIOD_MS; "
+            "import_lean('apache_beam.runners.worker.sdk_worker_main'); "
+            "from apache_beam.runners.worker import statesampler; "
+            "print(SAMPLING_PERIOD_MS, statesampler.StateSampler('s', None).sampling_period_ms)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[-2:] == ["20", "20"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import json
 import logging
@@ -481,15 +480,11 @@ def entry() -> None:
     os._exit)."""
     code = main()
     if sys.argv[1:2] in (["prepare"], ["refilter"]):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # os._exit skips atexit, where Beam stops what it started for the job: the Flink or Spark
-        # job server's JVM (each run would leave one behind, and they pile up: bench/MEASUREMENTS.md:
-        # job-server JVMs stopped at exit) and the LOOPBACK worker's servers. The run's last
-        # line is said: what the SDK harness's threads print while they are stopped is not news.
-        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
-            atexit._run_exitfuncs()
-        os._exit(code)
+        # The atexit handlers still run: Beam stops the Flink or Spark job server's JVM there
+        # (bench/MEASUREMENTS.md: job-server JVMs stopped at exit), and the LOOPBACK worker's servers.
+        from tokenmill import ending
+
+        ending.exit_after_handlers(code)
     sys.exit(code)
 
 

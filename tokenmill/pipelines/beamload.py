@@ -15,6 +15,24 @@ import types
 OPTIONAL = ("pandas", "apache_beam.io.gcp.bigquery", "pymongo")
 
 
+# Beam's state sampler (a thread per bundle that samples which step is running, for its msec
+# counters) sleeps up to 200 ms between samples, and every bundle ends by joining it: a worker
+# idles up to 200 ms (100 on average) at the end of each bundle longer than about a second
+# (bench/MEASUREMENTS.md: state sampling). tokenmill reads none of those counters; at 20 ms the
+# sampling goes on and the wait is a tenth.
+SAMPLING_PERIOD_MS = 20
+
+
+def shorten_state_sampling() -> None:
+    """Every StateSampler made from now on in this process samples every SAMPLING_PERIOD_MS
+    (its default period, left alone if Beam's is not the 200 ms this was measured against)."""
+    from apache_beam.runners.worker import statesampler
+
+    init = statesampler.StateSampler.__init__
+    if init.__defaults__ == (200,) and statesampler.DEFAULT_SAMPLING_PERIOD_MS == 200:
+        init.__defaults__ = (SAMPLING_PERIOD_MS,)
+
+
 def import_lean(name: str) -> types.ModuleType:
     """``importlib.import_module(name)``, with the OPTIONAL modules not loaded yet failing to
     import meanwhile. The allocator settings go first: Beam's import allocates through them."""
@@ -25,7 +43,9 @@ def import_lean(name: str) -> types.ModuleType:
     for m in blocked:
         sys.modules[m] = None  # type: ignore[assignment]
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     finally:
         for m in blocked:
             del sys.modules[m]
+    shorten_state_sampling()
+    return module
