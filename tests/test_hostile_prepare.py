@@ -344,3 +344,27 @@ def test_an_exit_handler_that_never_returns_does_not_keep_a_run_alive(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and time.monotonic() - t0 < 30, p.stderr
     assert "/nope" in one_error_line(p.stderr)
+
+
+def test_a_worker_started_after_an_interrupt_is_ended_too():
+    """Beam may start a multi_processing worker after the interrupt's sweep of the workers, and its
+    teardown then waits for that worker, which waits for work forever (a stress run of 40
+    interrupts hung once so): workers are ended until the run has unwound."""
+    code = f"""
+import os, signal, subprocess, sys
+from tokenmill.pipelines import launch, warm
+late = None
+try:
+    with launch.interruptible():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pause()
+        except KeyboardInterrupt:
+            late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", warm.WORKER_MODULE])
+            late.wait(timeout=20)  # what Beam's teardown does
+except KeyboardInterrupt:
+    pass
+print(late.returncode)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.split() == [str(-signal.SIGTERM)], p.stderr

@@ -255,21 +255,33 @@ def end_workers() -> None:
                 os.kill(pid, signal.SIGTERM)
 
 
+def _end_workers_until(unwound: threading.Event, every_s: float = 0.2) -> None:
+    while not unwound.wait(every_s):
+        end_workers()
+
+
 @contextlib.contextmanager
 def interruptible():
     """Ctrl-C (SIGINT) and SIGTERM end the run promptly. Beam's teardown waits for every
     multi_processing worker to finish its bundle, and one the launcher stopped feeding never
-    finishes: the workers, which ignore SIGINT, are ended first. What Beam's threads then raise
-    about the workers they lost (gRPC stream errors, "Worker subprocess exited") is the
-    interrupt's fallout, not news: after an interrupt, thread exceptions are not printed, for
-    the rest of the process. SIGTERM raises Terminated, a KeyboardInterrupt."""
+    finishes: the workers, which ignore SIGINT, are ended first, and any that Beam starts while
+    it unwinds. What Beam's threads then raise about the workers they lost (gRPC stream errors,
+    "Worker subprocess exited") is the interrupt's fallout, not news: after an interrupt, thread
+    exceptions are not printed, for the rest of the process. SIGTERM raises Terminated, a KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     interrupted = False
+    unwound = threading.Event()
 
     def on_signal(signum, frame):
         nonlocal interrupted
+        if not interrupted:
+            # Beam may start a worker after this (a bundle was being scheduled), and its teardown
+            # waits for every worker it started: a late one, which would wait for work forever
+            # (a stress run of 40 interrupts hung once so), is ended too, until the run has unwound.
+            threading.Thread(target=_end_workers_until, args=(unwound,), name="tokenmill-end-workers",
+                             daemon=True).start()
         interrupted = True
         end_workers()
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
@@ -284,6 +296,7 @@ def interruptible():
     try:
         yield
     finally:
+        unwound.set()
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
         if not interrupted:  # Beam's threads may still be failing after the run has unwound
