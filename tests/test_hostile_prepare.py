@@ -350,7 +350,7 @@ def test_a_worker_started_after_an_interrupt_is_ended_too():
     """Beam may start a multi_processing worker after the interrupt's sweep of the workers, and its
     teardown then waits for that worker, which waits for work forever (a stress run of 40
     interrupts hung once so): workers are ended until the run has unwound."""
-    code = f"""
+    code = """
 import os, signal, subprocess, sys
 from tokenmill.pipelines import launch, warm
 late = None

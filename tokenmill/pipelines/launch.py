@@ -267,7 +267,8 @@ def interruptible():
     finishes: the workers, which ignore SIGINT, are ended first, and any that Beam starts while
     it unwinds. What Beam's threads then raise about the workers they lost (gRPC stream errors,
     "Worker subprocess exited") is the interrupt's fallout, not news: after an interrupt, thread
-    exceptions are not printed, for the rest of the process. SIGTERM raises Terminated, a KeyboardInterrupt."""
+    exceptions are not printed, for the rest of the process. SIGTERM raises Terminated, a
+    KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
