@@ -8,7 +8,7 @@
 #   scripts/cluster.sh status                            what runs, and where
 #   scripts/cluster.sh flags   flink|flink-external|spark|prism   the `prepare` flags for it
 #
-# Versions: cluster/versions.env (engines) and the venv's apache-beam (job servers, Prism).
+# Versions: cluster/versions.env (engines, Prism) and the venv's apache-beam (job servers).
 # Everything lands in .cluster/ (TOKENMILL_CLUSTER_HOME): engines, jars, pid files, logs.
 # Ports (env overrides): FLINK_REST_PORT 8081, SPARK_MASTER_PORT 7077, SPARK_UI_PORT 8080,
 # SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000; FLINK_TASKMANAGERS 2.
@@ -49,7 +49,7 @@ beam_version() {
 
 flink_jar() { echo "$HOME_DIR/jars/beam-runners-flink-$FLINK_MINOR-job-server-$(beam_version).jar"; }
 spark_jar() { echo "$HOME_DIR/jars/beam-runners-spark-3-job-server-$(beam_version).jar"; }
-prism_bin() { echo "$HOME_DIR/bin/prism-$(beam_version)"; }
+prism_bin() { echo "$HOME_DIR/bin/prism-$PRISM_VERSION"; }
 
 # ---- install ---------------------------------------------------------------------------------
 
@@ -87,7 +87,7 @@ install_prism() {
   [ -x "$(prism_bin)" ] && return
   command -v go >/dev/null || die "Prism is built with Go: install go"
   mkdir -p "$HOME_DIR/bin"
-  GOBIN="$HOME_DIR/bin" go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$(beam_version)"
+  GOBIN="$HOME_DIR/bin" go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$PRISM_VERSION"
   mv "$HOME_DIR/bin/prism" "$(prism_bin)"
 }
 

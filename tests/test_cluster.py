@@ -112,39 +112,47 @@ def test_spark_matches_in_process(reference, tmp_path):
     assert new[0]["name"].startswith("BeamApp")
 
 
-# Prism 2.62 (the Go runner at the pinned apache-beam) stops at the first fused stage on a
-# Python-pickled coder it cannot cut, or overflows its stack on a coder it rewrote to contain
-# itself; Prism 2.65 and 2.70 want a worker id on the state channel that the 2.62 SDK does not send.
-# Strict: the day a Prism runs the job, this fails and the mark goes.
-@pytest.mark.xfail(strict=True, reason="Prism 2.62: unknown coder urn key: beam:coder:pickled_python:v1")
+def prism_jobs() -> dict[tuple[str, str], str]:
+    """(job port, job id) -> state of every job on each Prism running on this machine, from its
+    own Job API (Prism serves no REST API when Beam starts it)."""
+    import grpc
+    from apache_beam.portability.api import beam_job_api_pb2 as api
+    from apache_beam.portability.api import beam_job_api_pb2_grpc as api_grpc
+
+    jobs = {}
+    for _, argv in processes():
+        if Path(argv[0]).name.startswith("prism") and "--job_port" in argv:
+            port = argv[argv.index("--job_port") + 1]
+            with grpc.insecure_channel(f"localhost:{port}") as channel:
+                for job in api_grpc.JobServiceStub(channel).GetJobs(api.GetJobsRequest(), timeout=10).job_info:
+                    jobs[port, job.job_id] = api.JobState.Enum.Name(job.state)
+    return jobs
+
+
 def test_prism_matches_in_process(reference, tmp_path):
+    """Prism at cluster/versions.env's version (the 2.62 SDK's state channel now sends its worker
+    id: tokenmill.pipelines.beamload.send_worker_id_on_state_channel)."""
     ref, ref_rows, ref_report = reference
+    before = prism_jobs()
     out, rows, report = engine_run("prism", tmp_path)
     assert_same_output(out, ref, rows, report, ref_rows, ref_report)
+    assert [state for job, state in prism_jobs().items() if job not in before] == ["DONE"]  # Prism ran it
 
 
-def test_prism_failure_is_one_line(tmp_path):
-    """Until then, Prism's refusal is what any failed job is: one line, the previous output kept."""
-    out = tmp_path / "out"
-    assert prepare(out, [], *SET_ARGS, timeout=600)[0] == 0
-    before = snapshot(out)
-    rc, _, err = prepare(out, [], *flags("prism"), timeout=600)
-    assert rc == 2
-    # what Prism says before it dies (the unknown coder) or, when it dies first, the broken stream
-    assert_one_error_line(err, "the pipeline failed")
-    assert snapshot(out) == before
-
-
-def job_servers() -> set[int]:
-    """The Beam job-server JVMs running on this machine."""
-    found = set()
+def processes() -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every process on this machine."""
+    found = []
     for p in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if p.name.isdigit() and b"-job-server-" in (p / "cmdline").read_bytes():
-                found.add(int(p.name))
+        with contextlib.suppress(OSError, ValueError):
+            if p.name.isdigit():
+                found.append((int(p.name), (p / "cmdline").read_bytes().decode().split("\0")))
     return found
 
 
+def job_servers() -> set[int]:
+    """The Beam job servers running on this machine: the Flink and Spark job-server JVMs, Prisms."""
+    return {pid for pid, argv in processes()
+            if any("-job-server-" in a for a in argv) or Path(argv[0]).name.startswith("prism")}
 def _vertex_running(jid: str, name_part: str) -> bool:
     job = rest(f"{FLINK}/jobs/{jid}")
     return any(name_part in v["name"] and v["status"] == "RUNNING" for v in job["vertices"])
@@ -223,7 +231,8 @@ def test_spark_survives_a_lost_executor(reference, tmp_path):
     assert_same_output(out, ref, *read_output(out), ref_rows, ref_report)
 
 
-def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
+@pytest.mark.parametrize("engine", ["flink", "prism"])
+def test_a_job_that_fails_on_the_cluster_is_one_line(engine, tmp_path):
     """A stage that raises on the cluster (a tokenizer with no unknown token meets a word it
     lacks) ends as on the local runners: one line naming the step, the previous output untouched.
     An input that cannot be read is refused by the launcher before anything is submitted."""
@@ -240,7 +249,7 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(tmp_path):
          "the pipeline failed in step 'Finish'"),
         (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
     ):
-        rc, _, err = prepare(out, [], *args, *flags("flink"), timeout=600)
+        rc, _, err = prepare(out, [], *args, *flags(engine), timeout=600)
         assert rc == 2
         assert_one_error_line(err, needle)
         assert snapshot(out) == before

@@ -63,3 +63,39 @@ def test_beams_state_sampler_waits_a_tenth_at_a_bundles_end():
             "print(SAMPLING_PERIOD_MS, statesampler.StateSampler('s', None).sampling_period_ms)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[-2:] == ["20", "20"]
+
+
+def test_an_sdk_workers_state_channel_carries_its_worker_id():
+    """Beam 2.62 opens a worker's state channel without the worker's id; Prism 2.65+ refuses every
+    state request then. Beam loaded by tokenmill sends it, as its control and data channels do."""
+    import queue
+    from concurrent import futures
+
+    import grpc
+
+    from tokenmill.pipelines.beamload import import_lean
+
+    sdk_worker = import_lean("apache_beam.runners.worker.sdk_worker")
+    from apache_beam.portability.api import beam_fn_api_pb2_grpc, endpoints_pb2
+
+    seen = queue.Queue()
+
+    class State(beam_fn_api_pb2_grpc.BeamFnStateServicer):
+        def State(self, requests, context):
+            seen.put(dict(context.invocation_metadata()).get("worker_id"))
+            return iter(())
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    beam_fn_api_pb2_grpc.add_BeamFnStateServicer_to_server(State(), server)
+    url = f"localhost:{server.add_insecure_port('localhost:0')}"
+    server.start()
+    try:
+        for worker_id in ("worker_7", "worker_8"):
+            harness = sdk_worker.SdkHarness(url, worker_id=worker_id)  # connects only
+            handler = harness._state_handler_factory.create_state_handler(
+                endpoints_pb2.ApiServiceDescriptor(url=url))
+            assert seen.get(timeout=30) == worker_id
+            harness._state_handler_factory.close()
+            handler.done()
+    finally:
+        server.stop(None)

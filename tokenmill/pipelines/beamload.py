@@ -48,4 +48,54 @@ def import_lean(name: str) -> types.ModuleType:
         for m in blocked:
             del sys.modules[m]
     shorten_state_sampling()
+    send_worker_id_on_state_channel()
     return module
+
+
+def send_worker_id_on_state_channel() -> None:
+    """Each SDK worker's state channel carries its worker id, as its control and data channels do.
+
+    Beam 2.62's ``GrpcStateHandlerFactory`` makes the channel's ``WorkerIdInterceptor()`` without
+    the id (it falls back to the WORKER_ID environment variable, unset in a LOOPBACK worker);
+    newer Beams pass the harness's id, and Prism 2.65+ refuses a state request without one
+    ("worker_id read from context metadata is an empty string", in the first step that reads
+    state: Dedup). This is that later fix, for the SDK the project pins; a Beam whose factory takes
+    a ``worker_id`` already has it and is left alone."""
+    import inspect
+    import threading
+
+    from apache_beam.runners.worker import sdk_worker
+
+    base = sdk_worker.GrpcStateHandlerFactory
+    harness_init = sdk_worker.SdkHarness.__init__
+    if "worker_id" in inspect.signature(base.__init__).parameters or hasattr(harness_init, "tokenmill"):
+        return
+    interceptor = sdk_worker.WorkerIdInterceptor
+    making = threading.Lock()  # one factory at a time names the interceptor's id
+
+    class StateHandlerFactory(base):
+        worker_id: str | None = None
+
+        def create_state_handler(self, api_service_descriptor):
+            # Beam's own, with sdk_worker's WorkerIdInterceptor giving this factory's id to the
+            # one interceptor it makes without an id (the others in sdk_worker pass theirs)
+            worker_id = self.worker_id
+
+            class WithId(interceptor):
+                def __init__(self, worker_id_: str | None = None) -> None:
+                    super().__init__(worker_id_ or worker_id)
+
+            with making:
+                sdk_worker.WorkerIdInterceptor = WithId
+                try:
+                    return super().create_state_handler(api_service_descriptor)
+                finally:
+                    sdk_worker.WorkerIdInterceptor = interceptor
+
+    def init(harness, *args, **kwargs) -> None:
+        harness_init(harness, *args, **kwargs)
+        harness._state_handler_factory.__class__ = StateHandlerFactory
+        harness._state_handler_factory.worker_id = harness._worker_id
+
+    init.tokenmill = True  # type: ignore[attr-defined]
+    sdk_worker.SdkHarness.__init__ = init

@@ -227,6 +227,8 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | N
             export_error = e
         with launch.sigint_ignored():  # a Ctrl-C now would cut the renames short; the run is done
             output.publish(stage, cfg.output)
+        if cfg.tokenize.enabled and cfg.shards.enabled:  # this job wrote the manifest
+            shards.warn_if_empty(cfg.output)
         if export_error is not None:
             raise UserError(f"{cfg.output} is written, but not its shards.formats exports: {export_error}; "
                             f"retry them with `tokenmill export {cfg.output} --format ...`")

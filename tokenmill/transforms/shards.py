@@ -93,14 +93,25 @@ def write_shard(key: tuple[str, int, int], rows: list[tuple[str, np.ndarray]], o
 
 def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: dict, version: str) -> dict:
     manifest = build_manifest(shards, tok, dtype, config, version)
-    if not shards:
-        import logging
-
-        logging.getLogger("tokenmill").warning("no documents survived: the manifest is empty and there are no shards")
     write_atomically(FileSystems.join(out, "manifest.json"), json.dumps(manifest, indent=2).encode("utf-8"))
     return manifest
 
 
+
+
+def warn_if_empty(out: str) -> None:
+    """The launcher's warning, once a job has published OUT, that no document survived. Not the
+    manifest step's: a worker's log may be on another host, and a runner that goes on with other
+    stages after one failed (Prism) would have it said before the job's error."""
+    path = FileSystems.join(out, "manifest.json")
+    if not FileSystems.exists(path):
+        return
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+        manifest = json.load(f)
+    if not any(split["docs"] for split in manifest["splits"].values()):
+        import logging
+
+        logging.getLogger("tokenmill").warning("no documents survived: the manifest is empty and there are no shards")
 
 
 # The finish phase writes the shards from the tokenized survivors: nothing is dropped here, and
