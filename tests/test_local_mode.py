@@ -99,3 +99,36 @@ def test_an_sdk_workers_state_channel_carries_its_worker_id():
             handler.done()
     finally:
         server.stop(None)
+
+
+def test_beams_graph_introspection_is_kept_and_still_right():
+    """A DoFn's state and timer specs and an options view are made once per object (Beam makes
+    them again for every use), and they say what Beam's own would."""
+    from tokenmill.pipelines.beamload import import_lean
+
+    beam = import_lean("apache_beam")
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+    from apache_beam.transforms import userstate
+
+    class Plain(beam.DoFn):
+        def process(self, x):
+            yield x
+
+    class Stateful(beam.DoFn):
+        seen = userstate.BagStateSpec("seen", VarIntCoder())
+
+        def process(self, kv, seen=beam.DoFn.StateParam(seen)):
+            yield kv
+
+    plain, stateful = Plain(), Stateful()
+    assert userstate.get_dofn_specs(plain) is userstate.get_dofn_specs(plain) == (set(), set())
+    assert not userstate.is_stateful_dofn(plain) and userstate.is_stateful_dofn(stateful)
+    assert [s.name for s in userstate.get_dofn_specs(stateful)[0]] == ["seen"]
+
+    opts = PipelineOptions(["--direct_num_workers=3"])
+    view = opts.view_as(DirectOptions)
+    assert opts.view_as(DirectOptions) is view and view.direct_num_workers == 3
+    view.direct_num_workers = 5  # a view's values are its options' values
+    assert opts.get_all_options()["direct_num_workers"] == 5
+    assert PipelineOptions(["--direct_num_workers=4"]).view_as(DirectOptions).direct_num_workers == 4

@@ -56,6 +56,16 @@ class Warm:
 _current: Warm | None = None
 
 
+def preload() -> None:
+    """What a worker would otherwise do on its first bundle, done while it waits for the job
+    (the launcher is still building the graph): pyarrow's first array from Python values asks
+    whether pandas is installed, importing it where it is (0.3 s; bench/MEASUREMENTS.md: warm
+    workers preload)."""
+    import pyarrow as pa
+
+    pa.array([0])
+
+
 def workers_wanted(beam_args: list[str]) -> int:
     """How many SDK worker processes FnApiRunner will start for these Beam flags (0: none, the
     job runs in-process or on another runner)."""

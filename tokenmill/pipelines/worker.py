@@ -68,6 +68,7 @@ def main() -> None:
     if srv is not None:
         import tokenmill.pipelines.prepare  # noqa: F401 - what the job's steps need, while waiting
 
+        warm.preload()
         conn = warm.wait_for_job(srv)
     harness.main(sys.argv)
     if conn is not None:
