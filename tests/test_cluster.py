@@ -244,11 +244,12 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(engine, tmp_path):
     out = tmp_path / "out"
     assert prepare(out, [], *SET_ARGS, timeout=600)[0] == 0
     before, servers = snapshot(out), job_servers()
-    for args, needle in (
-        (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={tmp_path / 'no_unk.json'}"],
-         "the pipeline failed in step 'Finish'"),
+    failing = (["--set", "quality.enabled=false", "--set", f"tokenize.tokenizer={tmp_path / 'no_unk.json'}"],
+               "the pipeline failed in step 'Finish'")
+    # Prism 2.65 called 5 of 12 such jobs DONE (its bundle failure races the job's end): thrice
+    for args, needle in [failing] * (3 if engine == "prism" else 1) + [
         (["--input", str(tmp_path / "missing.jsonl")], "missing.jsonl"),
-    ):
+    ]:
         rc, _, err = prepare(out, [], *args, *flags(engine), timeout=600)
         assert rc == 2
         assert_one_error_line(err, needle)
