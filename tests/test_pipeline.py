@@ -11,6 +11,7 @@ import pytest
 from conftest import by_id, run_prepare, shared
 
 from tokenmill.config import load_config
+from tokenmill.errors import UserError
 from tokenmill.pipelines import output, prepare
 from tokenmill.pipelines.inspect_output import inspect_output
 from tokenmill.transforms.doc import docs_schema
@@ -171,6 +172,27 @@ def test_beam_metrics_count_stages_and_reasons(tmp_path):
     assert counters["read.records"] == 2
     assert counters["dropped.read:invalid_json"] == 1
     assert counters["language.in"] == 1 and counters["language.out"] == 1
+
+
+def test_a_job_whose_records_did_not_all_reach_the_report_is_not_published(tmp_path):
+    """The launcher checks the runner's own count of the records read against the report before
+    publishing: a runner that calls a job done after a step failed (Prism 2.65 did) is one line."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "text": "Hello there, a short English line of text."}\n{"broken\n')
+    cfg = load_config(overrides=[f"output={tmp_path / 'out'}"])
+    cfg.inputs = [str(src)]
+    p = beam.Pipeline()
+    prepare.build(p, cfg, prepare.check_job(cfg), cfg.output)
+    result = p.run()
+    result.wait_until_finish()
+    report = tmp_path / "out" / "report" / "report.json"
+    prepare.check_accounted(result, str(report), "OUT")  # 2 read, 2 in the report
+    lost = json.loads(report.read_text())
+    lost["documents"]["read"] -= 1
+    (tmp_path / "lost.json").write_text(json.dumps(lost))
+    with pytest.raises(UserError, match="^the runner called the job done, but 1 of the 2 records read never "
+                                        "reached the report .*; the previous output in OUT is untouched$"):
+        prepare.check_accounted(result, str(tmp_path / "lost.json"), "OUT")
 
 
 def test_a_rerun_replaces_only_its_own_files(tmp_path):

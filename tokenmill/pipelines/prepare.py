@@ -10,6 +10,7 @@ DoFn); it has no logic of its own, so it runs unchanged on every Beam runner.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import apache_beam as beam
@@ -30,7 +31,7 @@ from tokenmill.transforms.dedup import Dedup, cluster_stats
 from tokenmill.transforms.readers import InputScan, ReadFn, plan_task, scan_inputs, write_input_list
 from tokenmill.transforms.report import ReportFn, write_report
 from tokenmill.transforms.spill import SpillFn
-from tokenmill.transforms.stage_base import CombineOnce
+from tokenmill.transforms.stage_base import NAMESPACE, CombineOnce
 
 INPUT_LIST = "inputs.jsonl"
 
@@ -180,6 +181,30 @@ def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
          | "Manifest" >> beam.Map(manifest, tok=beam.pvalue.AsSingleton(tok_info)))
 
 
+def check_accounted(result, report_path: str, out: str) -> None:
+    """Every record read reached the report, by the runner's own count of the records read (the
+    read step's committed ``read.records``): a runner that calls a job done after one of its
+    steps failed (Prism 2.65 did, and its output was empty) gets one line, not a publication.
+    Not checked where the runner keeps no committed counters, or the graph reads no input files
+    (refilter)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name("read.records"))
+    except (NotImplementedError, AttributeError):  # a runner without metrics
+        return
+    committed = [c.committed for c in found["counters"]]
+    if not committed or any(not isinstance(n, int) for n in committed):
+        return
+    read = sum(committed)
+    with FileSystems.open(report_path, compression_type="uncompressed") as f:
+        reported = json.load(f)["documents"]["read"]
+    if reported != read:
+        raise UserError(f"the runner called the job done, but {read - reported:,} of the {read:,} records read "
+                        f"never reached the report (a step failed and the runner went on); the previous output "
+                        f"in {out} is untouched")
+
+
 def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | None = None, graph=None,
         scan: InputScan | None = None) -> str:
     """Run the job into a stage folder and publish it when it succeeds; returns report.json's path.
@@ -205,6 +230,8 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | N
                         # The graph holds what it needs (read tasks over inputs.jsonl, the bucket
                         # count); the file list, which grows with the inputs, is not kept in the launcher.
                         scan.files.clear()
+                    if cfg.report.enabled:
+                        check_accounted(p.result, FileSystems.join(stage, "report", "report.json"), cfg.output)
                 except (UserError, KeyboardInterrupt):
                     raise
                 except Exception as e:  # noqa: BLE001 - whatever a worker raised becomes one line

@@ -19,6 +19,7 @@ class ReadFn(beam.DoFn):
 
     def process(self, task):
         if isinstance(task, dict):  # a dropped doc from planning a big file (an unreadable footer)
+            count("read.records")
             count(f"dropped.{task['dropped_by']}")
             yield task
             return
