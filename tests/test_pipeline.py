@@ -158,7 +158,8 @@ def test_keep_list_filters_and_beam_flags_pass_through(tmp_path):
     assert report["dropped_by"] == {"language:not_in_keep": 1}
 
 
-def test_beam_metrics_count_stages_and_reasons(tmp_path):
+def _run_graph(tmp_path):
+    """prepare's graph run on a line of text and a broken line; the runner's result."""
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a", "text": "Hello there, a short English line of text."}\n{"broken\n')
     cfg = load_config(overrides=[f"output={tmp_path / 'out'}"])
@@ -168,6 +169,11 @@ def test_beam_metrics_count_stages_and_reasons(tmp_path):
     result = p.run()
     result.wait_until_finish()
     output.discard(str(tmp_path / "out" / ".tmp"))  # what run() does after the graph
+    return result
+
+
+def test_beam_metrics_count_stages_and_reasons(tmp_path):
+    result = _run_graph(tmp_path)
     counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
     assert counters["read.records"] == 2
     assert counters["dropped.read:invalid_json"] == 1
@@ -177,14 +183,7 @@ def test_beam_metrics_count_stages_and_reasons(tmp_path):
 def test_a_job_whose_records_did_not_all_reach_the_report_is_not_published(tmp_path):
     """The launcher checks the runner's own count of the records read against the report before
     publishing: a runner that calls a job done after a step failed (Prism 2.65 did) is one line."""
-    src = tmp_path / "in.jsonl"
-    src.write_text('{"id": "a", "text": "Hello there, a short English line of text."}\n{"broken\n')
-    cfg = load_config(overrides=[f"output={tmp_path / 'out'}"])
-    cfg.inputs = [str(src)]
-    p = beam.Pipeline()
-    prepare.build(p, cfg, prepare.check_job(cfg), cfg.output)
-    result = p.run()
-    result.wait_until_finish()
+    result = _run_graph(tmp_path)
     report = tmp_path / "out" / "report" / "report.json"
     prepare.check_accounted(result, str(report), "OUT")  # 2 read, 2 in the report
     lost = json.loads(report.read_text())
