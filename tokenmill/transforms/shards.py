@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from tokenmill.format import ShardWriter, build_manifest, shard_name, shard_schema
+from tokenmill.format import ShardWriter, build_manifest, load_manifest, shard_name, shard_schema
 from tokenmill.transforms.atomic_file import TempFile
 from tokenmill.transforms.stage_base import Stage
 
@@ -97,18 +97,11 @@ def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: 
     return manifest
 
 
-
-
 def warn_if_empty(out: str) -> None:
     """The launcher's warning, once a job has published OUT, that no document survived. Not the
     manifest step's: a worker's log may be on another host, and a runner that goes on with other
     stages after one failed (Prism) would have it said before the job's error."""
-    path = FileSystems.join(out, "manifest.json")
-    if not FileSystems.exists(path):
-        return
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-        manifest = json.load(f)
-    if not any(split["docs"] for split in manifest["splits"].values()):
+    if not any(split["docs"] for split in load_manifest(out)["splits"].values()):
         import logging
 
         logging.getLogger("tokenmill").warning("no documents survived: the manifest is empty and there are no shards")
