@@ -153,6 +153,8 @@ def job_servers() -> set[int]:
     """The Beam job servers running on this machine: the Flink and Spark job-server JVMs, Prisms."""
     return {pid for pid, argv in processes()
             if any("-job-server-" in a for a in argv) or Path(argv[0]).name.startswith("prism")}
+
+
 def _vertex_running(jid: str, name_part: str) -> bool:
     job = rest(f"{FLINK}/jobs/{jid}")
     return any(name_part in v["name"] and v["status"] == "RUNNING" for v in job["vertices"])

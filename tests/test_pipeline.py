@@ -180,7 +180,7 @@ def test_beam_metrics_count_stages_and_reasons(tmp_path):
     assert counters["language.in"] == 1 and counters["language.out"] == 1
 
 
-def test_a_job_whose_records_did_not_all_reach_the_report_is_not_published(tmp_path):
+def test_records_read_that_did_not_reach_the_report_are_one_line(tmp_path):
     """The launcher checks the runner's own count of the records read against the report before
     publishing: a runner that calls a job done after a step failed (Prism 2.65 did) is one line."""
     result = _run_graph(tmp_path)
