@@ -370,14 +370,9 @@ def _compiler() -> bool:
     return bool(shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]))
 
 
-def _trees():
-    """(name, the body the walk starts at) of every shared page and of hand-made trees with
-    every case the walk tells apart."""
-    from lxml import etree
-
-    from tokenmill.transforms.extract.core import _body
-    from tokenmill.transforms.extract.tree import parse
-
+def _pages():
+    """(name, text) of every shared page and of hand-made pages with every case the walk tells
+    apart."""
     pages = []
     root = _shared_data() / "html_extraction"
     for p in sorted(root.rglob("*.html.gz")) if root.exists() else []:
@@ -396,10 +391,20 @@ def _trees():
         "<p>caf\u00e9 \u65e5\u672c <b>\U0001f600</b>&amp; &lt;x&gt;</p>",
     ]
     pages += [(f"hand-made {i}", f"<html><body>{h}</body></html>") for i, h in enumerate(hand)]
+    return pages
+
+
+def _trees():
+    """(name, the body the walk starts at) of every page of _pages() and of hand-made trees."""
+    from lxml import etree
+
+    from tokenmill.transforms.extract.tree import body, parse
+
+    pages = _pages()
     for name, text in pages:
         tree = parse(text, time.monotonic() + 60)
         if tree is not None:
-            yield name, _body(tree)
+            yield name, body(tree)
     # elements with a namespace (lxml's "{ns}tag") and a CDATA text node
     top = etree.Element("body")
     etree.SubElement(top, "{urn:x}box").text = "namespaced"
@@ -465,3 +470,126 @@ def test_compiled_sweep_answers_as_the_pattern(cap):
         assert compiled.over_cap(data, cap) == (pattern.match(data).group(1) is not None), data
     page = ("<div " + " ".join(f'a{i}="v>"' if i % 2 else f"b{i}=w" for i in range(cap)) + "><p>x").encode()
     assert compiled.over_cap(page, cap) and not compiled.over_cap(page, cap + 1)
+
+
+# ------------------------------------------------------------------ lexbor's tree (#36)
+
+_WALKED_ATTRIBUTES = ("class", "id", "hidden", "aria-hidden", "style", "role", "itemprop")
+
+
+def _lxml_copy(node):
+    """An lxml tree of a selectolax node's subtree (the attributes the walk reads, the text as
+    .text/.tail), for walk.py's reference walk; ValueError where a name is not one lxml takes."""
+    from lxml import etree
+
+    def element(parent, n):
+        attrs = {k: v or "" for k, v in n.attributes.items() if k in _WALKED_ATTRIBUTES}
+        return etree.Element(n.tag, attrs) if parent is None else etree.SubElement(parent, n.tag, attrs)
+
+    top = element(None, node)
+    stack = [(node, top)]
+    while stack:
+        src, dst = stack.pop()
+        last = None
+        for c in src.iter(include_text=True):
+            if c.tag == "-text":
+                if last is None:
+                    dst.text = (dst.text or "") + c.text_content
+                else:
+                    last.tail = (last.tail or "") + c.text_content
+            elif c.tag and not c.tag.startswith("-"):  # (comments, processing instructions)
+                last = element(dst, c)
+                stack.append((c, last))
+    return top
+
+
+def _lexbor():
+    from tokenmill.transforms.extract import tree
+
+    if tree._LEXBOR is None:
+        pytest.skip("lexbor walk not built")
+    return tree
+
+
+def test_the_lexbor_walk_is_built_and_in_use():
+    from tokenmill.transforms.extract import tree
+
+    if os.environ.get("TOKENMILL_PURE_PYTHON") or not _compiler():
+        pytest.skip("pure Python chosen, or no C compiler to build the compiled walk")
+    assert tree._LEXBOR is not None, "setup.py did not build lexbor_walk (see its message)"
+
+
+def test_lexbor_walk_gives_the_python_walks_pages():
+    """The compiled walk over lexbor's nodes makes walk.py's steps: the same Page as py_walk over
+    an lxml copy of the same tree, and the same title."""
+    tree = _lexbor()
+    from selectolax.lexbor import LexborHTMLParser
+
+    from tokenmill.transforms.extract.walk import Page, py_walk
+
+    n = skipped = 0
+    for name, text in _pages():
+        parsed = LexborHTMLParser(tree._utf8(text))
+        title, pg = tree._LEXBOR.walk(parsed, time.monotonic() + 60)
+        try:
+            ref = py_walk(_lxml_copy(parsed.body), time.monotonic() + 60)
+        except ValueError:  # a tag name lxml refuses ("o:p")
+            skipped += 1
+            continue
+        assert [getattr(pg, s) for s in Page.__slots__] == [getattr(ref, s) for s in Page.__slots__], name
+        el = parsed.css_first("head > title")
+        assert title == ((" ".join(el.text().split()) or None) if el is not None else None), name
+        n += 1
+    assert n >= 8 and skipped <= n // 10, (n, skipped)
+
+
+def test_lexbor_and_lxml_give_the_same_text_on_nearly_every_page():
+    """The two parsers build different trees only for malformed markup (HTML5's tree building
+    against libxml2's): the extractor's text is the same on all but a few shared pages."""
+    tree = _lexbor()
+    from tokenmill.transforms.extract import extract_html
+
+    pages = [(n, t) for n, t in _pages() if not n.startswith("hand-made")]
+    if not pages:
+        pytest.skip("shared data absent")
+    differ = []
+    for name, text in pages:
+        fast = extract_html(text).text
+        try:
+            lexbor, tree._LEXBOR = tree._LEXBOR, None
+            slow = extract_html(text).text
+        finally:
+            tree._LEXBOR = lexbor
+        if fast != slow:
+            differ.append(name)
+    assert len(differ) <= len(pages) // 50, differ
+
+
+@pytest.mark.parametrize(
+    "body, past",
+    [
+        ("<div>" * 40_000, 0),  # elements open
+        ("".join(f"<b id={i}>" for i in range(20_000)), 1),  # formatting elements open
+        ("<select>" + "<option>x</option>" * 40_000, 2),  # options
+        ("".join(f"<p><i class=c{i}>" for i in range(100)) + "<p>x" * 10_000, 3),  # re-opened
+    ],
+)
+def test_pages_lexbor_parses_in_quadratic_time_take_the_lxml_path(body, past):
+    tree = _lexbor()
+    data = tree._utf8("<html><body>" + body)
+    counts = tree._LEXBOR.most_open(data)
+    assert [c > limit for c, limit in zip(counts, tree._LEXBOR_LIMITS)] == [i == past for i in range(4)]
+    t0 = time.process_time()
+    extract_html(data)
+    assert time.process_time() - t0 < 5
+
+
+def test_most_open_counts():
+    tree = _lexbor()
+    most_open = tree._LEXBOR.most_open
+    assert most_open(b"") == (0, 0, 0, 0)
+    assert most_open(b"<div><DIV class=x></div><p><p><br><img></div><div>") == (2, 0, 0, 0)
+    assert most_open(b"<div><p></p></div>" * 3) == (1, 0, 0, 0)  # an end tag closes its own kind only
+    assert most_open(b"<b><i>x</i><p><span>") == (1, 2, 0, 2)  # <p> and <span> re-open <b>
+    assert most_open(b"<select><option>a<option>b</select>") == (3, 0, 2, 0)
+    assert most_open(b"< div></ x><-a><a><a>") == (2, 0, 0, 0)

@@ -12,11 +12,14 @@ How it works, and why this way (bench/MEASUREMENTS.md: HTML extraction):
    decoded by BOM, then strict UTF-8 (most of the web, and the cheapest test), then the declared
    charsets (HTTP header hint, <meta>), and only then statistical detection (charset-normalizer),
    which costs milliseconds and is needed only for undeclared legacy pages.
-2. Parse with lxml's libxml2 HTML parser (far faster than building a BeautifulSoup tree).
+2. Parse with lexbor (selectolax's HTML5 parser: the tree browsers build, in a third of libxml2's
+   time) and walk its nodes in compiled code (lexbor_walk.pyx). Pages nested past what lexbor
+   parses in linear time (tree.py's limits), and installs where that walk was not built, parse
+   with lxml's libxml2 HTML parser instead (the same text on all but a few malformed pages).
    libxml2 stops at a nesting depth of 2048 even with
    huge_tree; such pages are re-parsed by a flat tokenizer (the stdlib's html.parser) into a tree
    capped in depth, so nothing here ever recurses over the tree.
-3. Walk the tree once, iteratively (lxml.etree.iterwalk), into "nodes" (block-level elements:
+3. Walk the tree once, iteratively (walk.py's ``py_walk`` is the reference), into "nodes" (block-level elements:
    tag, parent, class/id hints) and "blocks" (runs of text between block boundaries, with their
    link-text share). Everything afterwards works on these flat lists.
 4. Choose the main content like Readability does: paragraphs score their ancestors (length,
@@ -31,7 +34,7 @@ The core is pure functions; no signals (Beam runs DoFns in threads): a cooperati
 checked while walking and scoring.
 
 The package, a module a concern: ``sniff`` and ``decode`` (step 1), ``tree`` (step 2: parsing,
-the attribute cap, the flat fallback), ``walk`` (step 3) with ``hints`` (the class/id vocabularies),
+the attribute cap, lexbor's limits, the flat fallback), ``walk`` (step 3) with ``hints`` (the class/id vocabularies),
 ``score`` and ``content`` (step 4: scoring and choosing the node; cleaning, retries, polish)
 (the cooperative deadline is every stage's: transforms/deadline.py); ``core`` holds ``extract_html`` and ``Extracted``,
 ``extract_fn`` the Beam stage ``ExtractFn`` and ``SPEC``, extract's entry in the stage list

@@ -11,7 +11,7 @@ hostile trees. Built by setup.py where a C compiler is (optional: without it, wa
 
 cimport lxml.includes.etreepublic as cetree
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport strcmp, strlen
+from libc.string cimport memchr, strcmp, strlen
 from lxml.includes.tree cimport (
     XML_CDATA_SECTION_NODE,
     XML_ELEMENT_NODE,
@@ -24,50 +24,13 @@ from lxml.includes.tree cimport (
 
 from lxml import etree
 
-from tokenmill.transforms.deadline import check
-
-from .hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
-
-from . import blocks
+include "page_walk.pxi"
 
 cetree.import_lxml__etree()
 
 # The version of lxml this was compiled against: another one's element layout may differ, so
 # walk.py uses this walk only when the running lxml is the same (see walk.py).
 LXML_VERSION = etree.LXML_VERSION
-
-cdef object _INLINE = blocks.INLINE
-cdef object _JUNK = blocks.JUNK
-cdef object _HEADINGS = blocks.HEADINGS
-cdef object _CHROME = blocks.CHROME_TAGS
-cdef object _HIDDEN_CLASSES = blocks.HIDDEN_CLASSES
-cdef object _UNLIKELY_ROLES = blocks.UNLIKELY_ROLES
-cdef object _POSITIVE_ITEMPROP = blocks.POSITIVE_ITEMPROP
-cdef object _is_hidden_style = blocks.is_hidden_style
-cdef object _BR = blocks.BR
-cdef object _prose_commas = blocks.prose_commas
-cdef object _paragraph_points = blocks.paragraph_points
-cdef int _LENGTH_CAP = blocks.LENGTH_CAP
-cdef object _Page = blocks.Page
-
-
-# What walk.py's sets say of a tag, as bits (one lookup per tag name and page).
-cdef enum:
-    K_INLINE = 1
-    K_HEADING = 2
-    K_CHROME = 4
-    K_BR = 8
-    K_A = 16
-    K_PRE = 32
-    K_SEMANTIC = 64  # article, main: never unlikely for their own hints
-    K_JUNK = 128
-
-
-cdef int _kind(str tag):
-    return ((K_INLINE if tag in _INLINE else 0) | (K_HEADING if tag in _HEADINGS else 0)
-            | (K_CHROME if tag in _CHROME else 0) | (K_BR if tag == "br" else 0) | (K_A if tag == "a" else 0)
-            | (K_PRE if tag == "pre" else 0) | (K_SEMANTIC if tag in ("article", "main") else 0)
-            | (K_JUNK if tag in _JUNK else 0))
 
 
 cdef inline str _utf8(const char* s):
@@ -128,84 +91,25 @@ cdef inline xmlNode* _element(xmlNode* n):
     return n
 
 
-cdef class _Walk:
-    cdef object pg, buf, tags, parents, ends, weights, flags, classes
-    cdef object b_text, b_node, b_len, b_link, b_commas, b_points
-    cdef Py_ssize_t link_len, n_br, pre_depth, cur
-    cdef dict names, hidden_classes
-
-    def __cinit__(self):
-        pg = self.pg = _Page()
-        self.tags, self.parents, self.ends = pg.tag, pg.parent, pg.end
-        self.weights, self.flags, self.classes = pg.weight, pg.flags, pg.cls
-        self.b_text, self.b_node, self.b_len, self.b_link = pg.b_text, pg.b_node, pg.b_len, pg.b_link
-        self.b_commas, self.b_points = pg.b_commas, pg.b_points
-        self.buf = []
-        self.link_len = self.n_br = self.pre_depth = 0
-        self.cur = -1
-        self.names = {}
-        self.hidden_classes = {}  # class attribute -> whether it hides the element
-
-    cdef bint hides(self, str cls):
-        hit = self.hidden_classes.get(cls)
-        if hit is None:
-            hit = self.hidden_classes[cls] = not _HIDDEN_CLASSES.isdisjoint(cls.split())
-        return hit
-
-    cdef tuple tag(self, xmlNode* n):
-        """(the element's tag as lxml gives it, "{namespace}name" where it has one; its kind
-        bits). libxml2 keeps one copy of each name per document: one lookup per name."""
-        cdef size_t key = <size_t>n.name
-        hit = self.names.get(key)
-        if hit is None:
-            name = _utf8(<const char*>n.name)
-            hit = self.names[key] = (name, _kind(name))
-        if n.ns is not NULL and n.ns.href is not NULL:
-            name = "{" + _utf8(<const char*>n.ns.href) + "}" + (<tuple>hit)[0]
-            return (name, _kind(name))
-        return <tuple>hit
-
-    cdef inline void add(self, object t, bint in_link):
-        if self.pre_depth:
-            t = t.replace("\n", _BR)
-        self.buf.append(t)
-        if in_link:
-            self.link_len += len(t)
-
-    cdef void flush(self):
-        text = "".join(self.buf)
-        del self.buf[:]
-        cdef Py_ssize_t raw_len = len(text) - self.n_br
-        cdef Py_ssize_t ln = self.link_len
-        self.link_len = self.n_br = 0
-        if _BR in text:
-            text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(_BR))))
-        elif text.isspace():
-            return
-        else:
-            text = " ".join(text.split())
-        if not text:
-            return
-        cdef Py_ssize_t n = len(text)
-        self.b_text.append(text)
-        self.b_node.append(self.cur)
-        self.b_len.append(n)
-        self.b_link.append(n * ln / raw_len if ln else 0.0)
-        commas = _prose_commas(text)
-        self.b_commas.append(commas)
-        if "\n" in text:
-            self.b_points.append(sum([_paragraph_points(line) for line in text.split("\n")]))
-        else:
-            self.b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
+cdef tuple _tag(_Walk w, xmlNode* n):
+    """(the element's tag as lxml gives it, "{namespace}name" where it has one; its kind bits).
+    libxml2 keeps one copy of each name per document: one lookup per name."""
+    cdef size_t key = <size_t>n.name
+    hit = w.names.get(key)
+    if hit is None:
+        name = _utf8(<const char*>n.name)
+        hit = w.names[key] = (name, _kind(name))
+    if n.ns is not NULL and n.ns.href is not NULL:
+        name = "{" + _utf8(<const char*>n.ns.href) + "}" + (<tuple>hit)[0]
+        return (name, _kind(name))
+    return <tuple>hit
 
 
 def walk(top, double deadline):
     """walk.walk over ``top``'s C nodes: the same Page."""
-    cdef _Walk w = _Walk()
+    cdef _Walk w = _Walk(deadline)
     cdef xmlNode* c_top = (<cetree._Element?>top)._c_node
     cdef xmlNode* n = c_top
-    cdef xmlNode* skipping = NULL
-    cdef xmlNode* block_el = NULL
     cdef xmlNode* child
     cdef xmlAttr* a
     cdef xmlAttr* a_class
@@ -215,26 +119,15 @@ def walk(top, double deadline):
     cdef xmlAttr* a_style
     cdef xmlAttr* a_role
     cdef xmlAttr* a_itemprop
-    cdef list stack = []  # the open block nodes
-    cdef list open_blocks = []  # their C nodes (as integers)
-    cdef list open_links = []  # the open <a> C nodes
-    cdef Py_ssize_t count = 0, i
-    cdef int unlikely, weight, flag, kind
-    cdef bint descend
+    cdef int kind, action
     cdef const char* name
     while True:
         # ---- the start of element n
-        count += 1
-        if not count & 255:
-            check(deadline)
-        tag, kind = w.tag(n)
+        w.tick()
+        tag, kind = _tag(w, n)
         if kind & K_JUNK:  # skipped as if it were not there (no line break), its tail kept
-            skipping = n
-            descend = False
+            action = w.skip(<size_t>n)
         else:
-            descend = True
-            unlikely = weight = flag = 0
-            cls = ""
             a_class = a_id = a_hidden = a_aria = a_style = a_role = a_itemprop = NULL
             a = n.properties
             while a is not NULL:
@@ -261,97 +154,33 @@ def walk(top, double deadline):
                         if a_itemprop is NULL:
                             a_itemprop = a
                 a = a.next
-            if a_class is not NULL:
-                cls = _attr_value(a_class)
-            id_ = _attr_value(a_id) if a_id is not NULL and not kind & K_HEADING else ""
-            if (a_hidden is not NULL
-                    or (a_aria is not NULL and _attr_value(a_aria) == "true")
-                    or (a_style is not NULL and _is_hidden_style(_attr_value(a_style)))
-                    or (cls and w.hides(cls))):
-                if w.buf and not kind & K_INLINE:
-                    w.flush()
-                skipping = n
-                descend = False
-            else:
-                if (cls or id_) and not kind & K_A:  # links are never skipped for their names
-                    unlikely, weight = hints(cls, id_)
-                if a_role is not NULL and _attr_value(a_role) in _UNLIKELY_ROLES:
-                    unlikely |= F_UNLIKELY
-                if a_itemprop is not NULL and _POSITIVE_ITEMPROP.search(_attr_value(a_itemprop)):
-                    flag |= F_POSITIVE
-                    weight += 25
-                    unlikely = 0
-                if kind & K_CHROME:
-                    unlikely |= F_UNLIKELY
-                if unlikely and (not stack or (kind & K_SEMANTIC and not UNLIKELY_ARTICLE_RE.search(cls))):
-                    unlikely = 0  # the page itself and semantic content containers are never unlikely
-                if kind & K_INLINE:
-                    if kind & K_BR:
-                        w.buf.append(_BR)
-                        w.n_br += 1
-                    elif unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
-                        skipping = n
-                        descend = False
-                    else:
-                        if kind & K_A:
-                            open_links.append(<size_t>n)
-                        t = _text(n.children)
-                        if t:
-                            w.add(t, len(open_links) > 0)
-                else:
-                    if w.buf:
-                        w.flush()
-                    i = len(w.tags)
-                    w.tags.append(tag)
-                    w.parents.append(w.cur)
-                    w.ends.append(i)
-                    w.weights.append(weight)
-                    w.flags.append(flag | unlikely)
-                    w.classes.append(cls)
-                    stack.append(i)
-                    open_blocks.append(<size_t>n)
-                    block_el = n
-                    w.cur = i
-                    if kind & K_PRE:
-                        w.pre_depth += 1
-                    t = _text(n.children)
-                    if t:
-                        w.add(t, len(open_links) > 0)
-        if descend:
+            action = w.start(
+                <size_t>n, tag, kind,
+                _attr_value(a_class) if a_class is not NULL else "",
+                _attr_value(a_id) if a_id is not NULL and not kind & K_HEADING else "",
+                a_hidden is not NULL,
+                _attr_value(a_aria) if a_aria is not NULL else None,
+                _attr_value(a_style) if a_style is not NULL else None,
+                _attr_value(a_role) if a_role is not NULL else None,
+                _attr_value(a_itemprop) if a_itemprop is not NULL else None)
+            if action == ENTER:
+                t = _text(n.children)
+                if t:
+                    w.add(t)
+        if action != SKIP:
             child = _element(n.children)
             if child is not NULL:
                 n = child
                 continue
         # ---- the ends of n and of the ancestors it closes, each followed by its tail
         while True:
-            count += 1
-            if not count & 255:
-                check(deadline)
-            if n is skipping:
-                skipping = NULL
-            elif n is block_el:
-                if w.buf:
-                    w.flush()
-                w.ends[w.cur] = len(w.tags) - 1
-                stack.pop()
-                open_blocks.pop()
-                if w.tags[w.cur] == "pre":
-                    w.pre_depth -= 1
-                if stack:
-                    w.cur = stack[-1]
-                    block_el = <xmlNode*><size_t>open_blocks[-1]
-                else:
-                    w.cur = -1
-                    block_el = NULL
-            elif open_links and <size_t>n == <size_t>open_links[-1]:
-                open_links.pop()
+            w.tick()
+            w.end(<size_t>n)
             if n is c_top:
-                if w.buf and w.cur >= 0:
-                    w.flush()
-                return w.pg
+                return w.finish()
             t = _text(n.next)
             if t:
-                w.add(t, len(open_links) > 0)
+                w.add(t)
             child = _element(n.next)
             if child is not NULL:
                 n = child
@@ -371,8 +200,14 @@ def over_cap(const unsigned char[:] data, Py_ssize_t max_attrs):
     possessive as the pattern's."""
     cdef Py_ssize_t n = data.shape[0], i = 0, j, k, count
     cdef unsigned char c, q
+    cdef const unsigned char* base = &data[0] if n else NULL
+    cdef const unsigned char* hit
     while i < n:
-        if data[i] != 60 or i + 1 >= n or not ((65 <= data[i + 1] <= 90) or (97 <= data[i + 1] <= 122)):
+        hit = <const unsigned char*>memchr(base + i, 60, n - i)  # the next "<"
+        if hit is NULL:
+            break
+        i = hit - base
+        if i + 1 >= n or not ((65 <= data[i + 1] <= 90) or (97 <= data[i + 1] <= 122)):
             i += 1
             continue
         j = i + 2  # the tag head: "<", a letter, [^WS/>]*

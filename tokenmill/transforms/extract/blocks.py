@@ -1,6 +1,6 @@
 """What the walk tells apart and what it builds: the tag vocabularies, the hidden-element
-signs, the paragraph score and ``Page``. walk.py's Python walk and accelerated.pyx's compiled
-one both read them from here."""
+signs, the paragraph score and ``Page``. walk.py's Python walk and the compiled ones
+(page_walk.pxi) read them from here."""
 
 from __future__ import annotations
 

@@ -7,15 +7,12 @@ import time
 import unicodedata
 from dataclasses import dataclass
 
-from lxml import etree
-
 from tokenmill.transforms.deadline import Timeout, check
 
 from .content import assemble, main_blocks, polish, title_heading
 from .decode import decode_html
 from .sniff import looks_binary, looks_binary_text
-from .tree import parse
-from .walk import walk
+from .tree import parse_page
 
 
 @dataclass
@@ -29,19 +26,6 @@ class Extracted:
     title: str | None = None
     # The encoding that was used to decode the bytes (None for str input).
     encoding: str | None = None
-
-
-def _get_title(root: etree._Element) -> str | None:
-    el = root.find("head/title")  # not an <svg><title> of the body
-    if el is None:
-        return None
-    return " ".join("".join(el.itertext()).split()) or None
-
-
-def _body(root: etree._Element) -> etree._Element:
-    for el in root.iter("body"):
-        return el
-    return root
 
 
 def _nfc(text: str | None) -> str | None:
@@ -93,13 +77,10 @@ def extract_html(
         if not text or text.isspace():
             return Extracted(None, "no_text", encoding=encoding)
         check(deadline)
-        root = parse(text, deadline)
-        if root is None:
+        parsed = parse_page(text, deadline)
+        if parsed is None:
             return Extracted(None, "no_text", encoding=encoding)
-        check(deadline)
-        title = _get_title(root)
-        body = _body(root)
-        pg = walk(body, deadline)
+        title, pg = parsed
         blocks = main_blocks(pg, deadline)
         headline = title_heading(pg, title, blocks)
         if headline is not None:

@@ -1,8 +1,12 @@
-"""Parsing text into an lxml tree: libxml2's HTML parser behind an attribute cap, and a flat
-fallback builder, capped in depth, for the pages libxml2 gives up on."""
+"""Parsing a page and walking it (``parse_page``): lexbor (selectolax's HTML5 parser) and the
+compiled walk over its nodes where setup.py built it (lexbor_walk.pyx), else lxml's libxml2 HTML
+parser and walk.py's walk, with a flat fallback builder, capped in depth, for the pages libxml2
+gives up on. Both behind an attribute cap."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import re
 from html.parser import HTMLParser as _StdlibTokenizer
 
@@ -10,8 +14,8 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
-from .blocks import INLINE
-from .walk import accelerated
+from .blocks import INLINE, Page
+from .walk import accelerated, walk
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
@@ -157,7 +161,17 @@ def _cap_attributes(data: bytes) -> bytes:
     return _TAG_ATTRS.sub(rb"\1", data)
 
 
-def parse(text: str, deadline: float) -> etree._Element | None:
+def _utf8(text: str) -> bytes:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates in a str input
+        data = text.encode("utf-8", "replace")
+    return _cap_attributes(data)
+
+
+def parse(text: str, deadline: float, data: bytes | None = None) -> etree._Element | None:
+    """The lxml tree of a page (the path without lexbor_walk, and for the pages past
+    _LEXBOR_LIMITS); ``data``: ``text`` as _utf8 gives it, where the caller has it."""
     parser = etree.HTMLParser(
         remove_comments=True,
         remove_pis=True,
@@ -166,15 +180,66 @@ def parse(text: str, deadline: float) -> etree._Element | None:
         collect_ids=False,
         encoding="utf-8",
     )
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates in a str input
-        data = text.encode("utf-8", "replace")
-    data = _cap_attributes(data)
     # Bytes rather than str: lxml refuses str input that carries an XML encoding declaration.
-    root = etree.fromstring(data, parser)
+    root = etree.fromstring(_utf8(text) if data is None else data, parser)
     if any(e.level_name == "FATAL" for e in parser.error_log):
         # libxml2 stopped early (in practice: nesting deeper than 2048) and dropped the rest.
         check(deadline)
         root = _parse_flat(text, deadline)
     return root
+
+
+def get_title(root: etree._Element) -> str | None:
+    el = root.find("head/title")  # not an <svg><title> of the body
+    if el is None:
+        return None
+    return " ".join("".join(el.itertext()).split()) or None
+
+
+def body(root: etree._Element) -> etree._Element:
+    for el in root.iter("body"):
+        return el
+    return root
+
+
+def lexbor_walk():
+    """The compiled lexbor parse-and-walk (lexbor_walk.pyx) where setup.py built it against the
+    selectolax that is installed, else None (TOKENMILL_PURE_PYTHON=1: None)."""
+    if os.environ.get("TOKENMILL_PURE_PYTHON"):
+        return None
+    try:
+        import selectolax
+        import selectolax.lexbor
+
+        # lexbor_walk calls lexbor's functions in selectolax's module: made visible to it.
+        ctypes.CDLL(selectolax.lexbor.__file__, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        from . import lexbor_walk as module
+    except (ImportError, OSError):
+        return None
+    return module if module.SELECTOLAX_VERSION == selectolax.__version__ else None
+
+
+_LEXBOR = lexbor_walk()
+# HTML5 tree building has steps whose cost grows with the square of what is open, in C, where no
+# deadline reaches: the open elements are searched at each block tag (40,000 nested <div>: 3.8 s
+# in lexbor), the open formatting elements at each new one (20,000 "<b id=N>": 3.8 s), a
+# <select>'s options at each one (40,000: 9 s), and formatting elements with distinct attributes
+# are re-opened in each new block (100 "<p><i class=N>" then 10,000 "<p>x": 1M elements, 0.39 s
+# and 380 MB). A page past a limit on lexbor_walk.most_open (elements open, formatting elements
+# open, options, formatting elements re-opened) takes the lxml path. The 623 benchmark pages stay
+# far below: at most 1,510 / 61 / 337 / 18,975 (medians 19 / 1 / 0 / 1).
+_LEXBOR_LIMITS = (3000, 1000, 5000, 200_000)
+
+
+def parse_page(text: str, deadline: float) -> tuple[str | None, Page] | None:
+    """(the page's <title>, the walk's Page of its body), None for a page with no tree."""
+    data = _utf8(text)
+    if _LEXBOR is not None and all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
+        from selectolax.lexbor import LexborHTMLParser
+
+        return _LEXBOR.walk(LexborHTMLParser(data), deadline)
+    root = parse(text, deadline, data)
+    if root is None:
+        return None
+    check(deadline)
+    return get_title(root), walk(body(root), deadline)

@@ -3,7 +3,9 @@
 
 ``walk`` is the compiled walk (accelerated.pyx, over libxml2's nodes; 1.75x: bench/MEASUREMENTS.md)
 where setup.py could build it against the running lxml, else ``py_walk``; both give equal pages
-(tests/test_html.py). TOKENMILL_PURE_PYTHON=1 chooses ``py_walk``.
+(tests/test_html.py). TOKENMILL_PURE_PYTHON=1 chooses ``py_walk``. Both walk lxml trees; the
+extractor's fast path walks lexbor's (lexbor_walk.pyx, chosen in tree.py). The compiled walks
+share their steps (page_walk.pxi); ``py_walk`` is the reference of all of them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,198 @@
+# The walk's steps shared by the compiled walks (accelerated.pyx over libxml2's nodes,
+# lexbor_walk.pyx over lexbor's): what an element's start and end do to the ``Page`` being built.
+# walk.py's ``py_walk`` is the reference; the vocabularies, paragraph scores and ``Page`` come from
+# blocks.py, as its do. Each walk reads its tree's nodes, names and attributes and calls these.
+from tokenmill.transforms.deadline import check
+
+from tokenmill.transforms.extract.hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
+
+from tokenmill.transforms.extract import blocks
+
+cdef object _INLINE = blocks.INLINE
+cdef object _JUNK = blocks.JUNK
+cdef object _HEADINGS = blocks.HEADINGS
+cdef object _CHROME = blocks.CHROME_TAGS
+cdef object _HIDDEN_CLASSES = blocks.HIDDEN_CLASSES
+cdef object _UNLIKELY_ROLES = blocks.UNLIKELY_ROLES
+cdef object _POSITIVE_ITEMPROP = blocks.POSITIVE_ITEMPROP
+cdef object _is_hidden_style = blocks.is_hidden_style
+cdef object _BR = blocks.BR
+cdef object _prose_commas = blocks.prose_commas
+cdef object _paragraph_points = blocks.paragraph_points
+cdef int _LENGTH_CAP = blocks.LENGTH_CAP
+cdef object _Page = blocks.Page
+
+
+# What walk.py's sets say of a tag, as bits (one lookup per tag name and page).
+cdef enum:
+    K_INLINE = 1
+    K_HEADING = 2
+    K_CHROME = 4
+    K_BR = 8
+    K_A = 16
+    K_PRE = 32
+    K_SEMANTIC = 64  # article, main: never unlikely for their own hints
+    K_JUNK = 128
+
+# What an element's start tells the walk to do with its subtree.
+cdef enum:
+    SKIP = 0  # not entered (junk, hidden, boilerplate inline); its tail still comes
+    ENTER = 1  # entered, its text first
+    ENTER_BARE = 2  # a <br>: entered, no text of its own
+
+
+cdef int _kind(str tag):
+    return ((K_INLINE if tag in _INLINE else 0) | (K_HEADING if tag in _HEADINGS else 0)
+            | (K_CHROME if tag in _CHROME else 0) | (K_BR if tag == "br" else 0) | (K_A if tag == "a" else 0)
+            | (K_PRE if tag == "pre" else 0) | (K_SEMANTIC if tag in ("article", "main") else 0)
+            | (K_JUNK if tag in _JUNK else 0))
+
+
+cdef class _Walk:
+    cdef object pg, buf, tags, parents, ends, weights, flags, classes
+    cdef object b_text, b_node, b_len, b_link, b_commas, b_points
+    cdef Py_ssize_t link_len, n_br, pre_depth, cur, count
+    cdef dict names, hidden_classes
+    cdef list stack, open_blocks, open_links  # open block nodes; their tree nodes; open <a> nodes
+    cdef size_t block_el, skipping  # the innermost open block's tree node; the subtree skipped
+    cdef double deadline
+
+    def __cinit__(self, double deadline):
+        pg = self.pg = _Page()
+        self.tags, self.parents, self.ends = pg.tag, pg.parent, pg.end
+        self.weights, self.flags, self.classes = pg.weight, pg.flags, pg.cls
+        self.b_text, self.b_node, self.b_len, self.b_link = pg.b_text, pg.b_node, pg.b_len, pg.b_link
+        self.b_commas, self.b_points = pg.b_commas, pg.b_points
+        self.buf = []
+        self.link_len = self.n_br = self.pre_depth = self.count = 0
+        self.cur = -1
+        self.names = {}  # tag name key of the tree -> (tag, kind bits)
+        self.hidden_classes = {}  # class attribute -> whether it hides the element
+        self.stack, self.open_blocks, self.open_links = [], [], []
+        self.block_el = self.skipping = 0
+        self.deadline = deadline
+
+    cdef inline void tick(self):
+        self.count += 1
+        if not self.count & 255:
+            check(self.deadline)
+
+    cdef bint hides(self, str cls):
+        hit = self.hidden_classes.get(cls)
+        if hit is None:
+            hit = self.hidden_classes[cls] = not _HIDDEN_CLASSES.isdisjoint(cls.split())
+        return hit
+
+    cdef inline void add(self, object t):
+        """Text (or tail) into the current run; <pre> keeps its line breaks."""
+        if self.pre_depth:
+            t = t.replace("\n", _BR)
+        self.buf.append(t)
+        if self.open_links:
+            self.link_len += len(t)
+
+    cdef void flush(self):
+        text = "".join(self.buf)
+        del self.buf[:]
+        cdef Py_ssize_t raw_len = len(text) - self.n_br
+        cdef Py_ssize_t ln = self.link_len
+        self.link_len = self.n_br = 0
+        if _BR in text:
+            text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(_BR))))
+        elif text.isspace():
+            return
+        else:
+            text = " ".join(text.split())
+        if not text:
+            return
+        cdef Py_ssize_t n = len(text)
+        self.b_text.append(text)
+        self.b_node.append(self.cur)
+        self.b_len.append(n)
+        self.b_link.append(n * ln / raw_len if ln else 0.0)
+        commas = _prose_commas(text)
+        self.b_commas.append(commas)
+        if "\n" in text:
+            self.b_points.append(sum([_paragraph_points(line) for line in text.split("\n")]))
+        else:
+            self.b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
+
+    cdef int skip(self, size_t node):
+        self.skipping = node
+        return SKIP
+
+    cdef int start(self, size_t node, str tag, int kind, str cls, str id_, bint hidden_attr,
+                   object aria, object style, object role, object itemprop):
+        """An element's start, its attributes read (None where absent; ``id_`` "" for headings,
+        whose ids are anchors made of their text): SKIP, ENTER or ENTER_BARE."""
+        cdef int unlikely = 0, weight = 0, flag = 0
+        cdef Py_ssize_t i
+        if (hidden_attr or (aria is not None and aria == "true")
+                or (style is not None and _is_hidden_style(style)) or (cls and self.hides(cls))):
+            if self.buf and not kind & K_INLINE:
+                self.flush()
+            return self.skip(node)
+        if (cls or id_) and not kind & K_A:  # links are never skipped for their names
+            unlikely, weight = hints(cls, id_)
+        if role is not None and role in _UNLIKELY_ROLES:
+            unlikely |= F_UNLIKELY
+        if itemprop is not None and _POSITIVE_ITEMPROP.search(itemprop):
+            flag |= F_POSITIVE
+            weight += 25
+            unlikely = 0
+        if kind & K_CHROME:
+            unlikely |= F_UNLIKELY
+        if unlikely and (not self.stack or (kind & K_SEMANTIC and not UNLIKELY_ARTICLE_RE.search(cls))):
+            unlikely = 0  # the page itself and semantic content containers are never unlikely
+        if kind & K_INLINE:
+            if kind & K_BR:
+                self.buf.append(_BR)
+                self.n_br += 1
+                return ENTER_BARE
+            if unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
+                return self.skip(node)
+            if kind & K_A:
+                self.open_links.append(node)
+            return ENTER
+        if self.buf:
+            self.flush()
+        i = len(self.tags)
+        self.tags.append(tag)
+        self.parents.append(self.cur)
+        self.ends.append(i)
+        self.weights.append(weight)
+        self.flags.append(flag | unlikely)
+        self.classes.append(cls)
+        self.stack.append(i)
+        self.open_blocks.append(node)
+        self.block_el = node
+        self.cur = i
+        if kind & K_PRE:
+            self.pre_depth += 1
+        return ENTER
+
+    cdef void end(self, size_t node):
+        """An element's end (its tail comes after)."""
+        if node == self.skipping:
+            self.skipping = 0
+        elif node == self.block_el:
+            if self.buf:
+                self.flush()
+            self.ends[self.cur] = len(self.tags) - 1
+            self.stack.pop()
+            self.open_blocks.pop()
+            if self.tags[self.cur] == "pre":
+                self.pre_depth -= 1
+            if self.stack:
+                self.cur = self.stack[-1]
+                self.block_el = self.open_blocks[-1]
+            else:
+                self.cur = -1
+                self.block_el = 0
+        elif self.open_links and node == <size_t>self.open_links[-1]:
+            self.open_links.pop()
+
+    cdef object finish(self):
+        if self.buf and self.cur >= 0:
+            self.flush()
+        return self.pg
