@@ -593,3 +593,26 @@ def test_most_open_counts():
     assert most_open(b"<b><i>x</i><p><span>") == (1, 2, 0, 2)  # <p> and <span> re-open <b>
     assert most_open(b"<select><option>a<option>b</select>") == (3, 0, 2, 0)
     assert most_open(b"< div></ x><-a><a><a>") == (2, 0, 0, 0)
+
+
+def test_compiled_hints_answer_as_hints_py():
+    """page_walk.pxi's hints (both compiled walks use it) against hints.py's, on every class and
+    id of the shared pages and on random names made of the vocabularies' pieces."""
+    import random
+
+    compiled = pytest.importorskip("tokenmill.transforms.extract.accelerated", reason="compiled walk not built")
+    from tokenmill.transforms.extract.hints import VOCABULARIES, hints
+
+    pairs = set()
+    for _, text in _pages():
+        for m in re.finditer(r"""<[a-zA-Z][^>]*?\b(class|id)\s*=\s*["']([^"']*)["']""", text):
+            pairs.add((m.group(2), "") if m.group(1) == "class" else ("", m.group(2)))
+    rng = random.Random(7)
+    pieces = [p for _, w in VOCABULARIES for p in (*w.literals, *w.words)]
+    pieces += ["-", "_", " ", "\t", "\x1c", "0", "42", "X", "\u00e9", "\u0130", "tag-", "topic-", "a" * 300]
+    for _ in range(20_000):
+        pairs.add(("".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))),
+                   "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))))
+    for cls, id_ in sorted(pairs):
+        assert compiled.compiled_hints(cls, id_) == hints(cls, id_), (cls, id_)
+    assert len(pairs) > 20_000 + 1000 * bool(_shared_data().exists())

@@ -19,11 +19,12 @@ F_ANY_UNLIKELY = F_UNLIKELY | F_BOILERPLATE
 # bench/MEASUREMENTS.md, class/id hints); short words must be a whole word of kebab/snake case,
 # so that "ad" does not hit "header" or "load".
 class _Words:
-    __slots__ = ("parts", "words")
+    __slots__ = ("literals", "parts", "words")
 
     def __init__(self, parts: str, words: str = ""):
+        self.literals = tuple(parts.split())  # (page_walk.pxi's compiled twin reads these)
         # One alternation of plain literals: the regex engine scans the name once.
-        self.parts = re.compile("|".join(re.escape(p) for p in parts.split()))
+        self.parts = re.compile("|".join(re.escape(p) for p in self.literals))
         self.words = frozenset(words.split())
 
     def match(self, low: str, tokens: frozenset[str]) -> bool:
@@ -60,8 +61,16 @@ _POSITIVE = _Words(
 # An <article> or <main> is the content unless it is one of many (comments, teasers).
 UNLIKELY_ARTICLE_RE = re.compile(r"comment|repl(?:y|ies)|related|recommend|teaser|card", re.I)
 # WordPress and friends list the post's tags and categories as classes ("tag-social-media").
-_TAXONOMY_PREFIXES = ("tag-", "category-", "categories-", "topic-")
+TAXONOMY_PREFIXES = ("tag-", "category-", "categories-", "topic-")
 _H_MAYBE, _H_BOILERPLATE, _H_UNLIKELY, _H_NEGATIVE, _H_POSITIVE = 1, 2, 4, 8, 16
+# Each vocabulary and its hint bit (the compiled twin of ``hints`` in page_walk.pxi reads them).
+VOCABULARIES = (
+    (_H_MAYBE, _MAYBE),
+    (_H_BOILERPLATE, _BOILERPLATE),
+    (_H_UNLIKELY, _UNLIKELY),
+    (_H_NEGATIVE, _NEGATIVE),
+    (_H_POSITIVE, _POSITIVE),
+)
 
 
 def _name_hints(name: str) -> int:
@@ -80,13 +89,7 @@ def _name_hints_cached(name: str) -> int:
     low = name.lower()
     tokens = frozenset(_TOKEN_SPLIT_RE.split(low))
     bits = 0
-    for bit, words in (
-        (_H_MAYBE, _MAYBE),
-        (_H_BOILERPLATE, _BOILERPLATE),
-        (_H_UNLIKELY, _UNLIKELY),
-        (_H_NEGATIVE, _NEGATIVE),
-        (_H_POSITIVE, _POSITIVE),
-    ):
+    for bit, words in VOCABULARIES:
         if words.match(low, tokens):
             bits |= bit
     return bits
@@ -97,10 +100,16 @@ def hints(class_: str, id_: str) -> tuple[int, int]:
     """(unlikely flags, Readability-style class weight) for an element's class and id."""
     class_bits = 0
     for name in class_.split():
-        if not name.startswith(_TAXONOMY_PREFIXES):
+        if not name.startswith(TAXONOMY_PREFIXES):
             class_bits |= _name_hints(name)
     id_bits = _name_hints(id_) if id_ else 0
-    if id_bits and len(_TOKEN_SPLIT_RE.split(id_)) >= 4:
+    return combine(class_bits, id_bits, bool(id_bits) and len(_TOKEN_SPLIT_RE.split(id_)) >= 4)
+
+
+def combine(class_bits: int, id_bits: int, long_id: bool) -> tuple[int, int]:
+    """``hints`` from the hint bits of the class names and of the id (``long_id``: an id of
+    four or more words)."""
+    if long_id:
         # An id of four or more words is mostly an anchor made from a heading's text
         # ("sharing-with-a-single-developer"): its good words count, its bad ones do not.
         id_bits &= _H_MAYBE | _H_POSITIVE

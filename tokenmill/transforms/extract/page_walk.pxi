@@ -4,6 +4,10 @@
 # blocks.py, as its do. Each walk reads its tree's nodes, names and attributes and calls these.
 from tokenmill.transforms.deadline import check
 
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from libc.string cimport memcmp
+
+from tokenmill.transforms.extract import hints as _hints_module
 from tokenmill.transforms.extract.hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
 
 from tokenmill.transforms.extract import blocks
@@ -39,6 +43,149 @@ cdef enum:
     SKIP = 0  # not entered (junk, hidden, boilerplate inline); its tail still comes
     ENTER = 1  # entered, its text first
     ENTER_BARE = 2  # a <br>: entered, no text of its own
+
+
+# ---- hints.py's ``hints``, compiled for ASCII names (the reference answers the others)
+#
+# hints.py classifies each class name by five vocabularies of literals (anywhere in the
+# lower-cased name) and words (a whole token of it): five regex searches a name, and most names
+# are new to each site. Here every literal is tried at each position of the name and every word
+# against each token, in C; the answers equal the reference's (tests/test_html.py).
+
+cdef enum:
+    MAX_LITERALS = 256
+    MAX_NAME = 256  # longer names: the reference
+
+cdef char[MAX_LITERALS][32] _lit
+cdef Py_ssize_t[MAX_LITERALS] _lit_len
+cdef int[MAX_LITERALS] _lit_bits
+cdef bint[MAX_LITERALS] _lit_word  # a word (a whole token), else a literal (anywhere)
+cdef Py_ssize_t[257] _first  # the entries starting with byte c: _first[c] to _first[c + 1]
+cdef bint _compiled_hints = True
+
+
+def _load_vocabularies():
+    global _compiled_hints
+    entries = {}
+    for bit, words in _hints_module.VOCABULARIES:
+        for lit in words.literals:
+            entries[(lit, False)] = entries.get((lit, False), 0) | bit
+        for word in words.words:
+            entries[(word, True)] = entries.get((word, True), 0) | bit
+    ordered = sorted(entries.items(), key=lambda e: e[0][0].encode())
+    usable = len(ordered) <= MAX_LITERALS and all(
+        t.isascii() and t == t.lower() and not any(ch.isdigit() for ch in t) and 0 < len(t) < 32
+        for (t, _), _ in ordered)  # (digit runs need no collapsing: no entry holds a digit)
+    if not usable:
+        _compiled_hints = False
+        return
+    cdef Py_ssize_t i, c
+    for i, ((text, word), bits) in enumerate(ordered):
+        raw = text.encode()
+        for c in range(len(raw)):
+            _lit[i][c] = raw[c]
+        _lit_len[i] = len(raw)
+        _lit_bits[i] = bits
+        _lit_word[i] = word
+    i = 0
+    for c in range(257):
+        while i < len(ordered) and c < 256 and (<unsigned char>_lit[i][0]) < c:
+            i += 1
+        _first[c] = i if c < 256 else len(ordered)
+
+
+_load_vocabularies()
+
+
+cdef inline bint _separator(unsigned char c):
+    """[\\s_-] of hints.py's token split, on ASCII (str.isspace's ASCII characters)."""
+    return c == 32 or (9 <= c <= 13) or (28 <= c <= 31) or c == 95 or c == 45
+
+
+cdef int _name_bits(const unsigned char* name, Py_ssize_t n, unsigned char* low):
+    """hints.py's _name_hints of an ASCII name of n < MAX_NAME bytes."""
+    cdef Py_ssize_t i, j, k, start
+    cdef int bits = 0
+    cdef unsigned char c
+    for i in range(n):
+        c = name[i]
+        low[i] = c + 32 if 65 <= c <= 90 else c
+    for i in range(n):  # literals anywhere
+        c = low[i]
+        for k in range(_first[c], _first[c + 1]):
+            if not _lit_word[k] and _lit_len[k] <= n - i and memcmp(low + i, _lit[k], _lit_len[k]) == 0:
+                bits |= _lit_bits[k]
+    i = 0
+    while i < n:  # words: whole tokens
+        while i < n and _separator(low[i]):
+            i += 1
+        start = i
+        while i < n and not _separator(low[i]):
+            i += 1
+        if i > start:
+            c = low[start]
+            for k in range(_first[c], _first[c + 1]):
+                if _lit_word[k] and _lit_len[k] == i - start and memcmp(low + start, _lit[k], i - start) == 0:
+                    bits |= _lit_bits[k]
+    return bits
+
+
+cdef Py_ssize_t _pieces(const unsigned char* s, Py_ssize_t n):
+    """len(re.split(r"[\\s_-]+", s)) of an ASCII string."""
+    cdef Py_ssize_t i = 0, pieces = 1
+    while i < n:
+        if _separator(s[i]):
+            pieces += 1
+            while i < n and _separator(s[i]):
+                i += 1
+        else:
+            i += 1
+    return pieces
+
+
+cdef object _combine = _hints_module.combine
+cdef tuple _TAXONOMY = _hints_module.TAXONOMY_PREFIXES
+cdef dict _HINTS = {}  # (class, id) -> hints; emptied when full
+cdef unsigned char[MAX_NAME] _low
+
+
+cdef tuple _compiled(str cls, str id_):
+    """hints.hints(cls, id_), compiled where both are ASCII, names under MAX_NAME bytes."""
+    key = (cls, id_)
+    hit = _HINTS.get(key)
+    if hit is not None:
+        return <tuple>hit
+    cdef Py_ssize_t n
+    cdef const char* s
+    cdef int class_bits = 0, id_bits = 0
+    cdef bint ok = _compiled_hints and cls.isascii() and id_.isascii()
+    if ok:
+        for name in cls.split():
+            if not (<str>name).startswith(_TAXONOMY):
+                s = PyUnicode_AsUTF8AndSize(name, &n)
+                if n >= MAX_NAME:
+                    ok = False
+                    break
+                class_bits |= _name_bits(<const unsigned char*>s, n, _low)
+    if ok and id_:
+        s = PyUnicode_AsUTF8AndSize(id_, &n)
+        if n >= MAX_NAME:
+            ok = False
+        else:
+            id_bits = _name_bits(<const unsigned char*>s, n, _low)
+    if ok:
+        hit = _combine(class_bits, id_bits, id_bits != 0 and _pieces(<const unsigned char*>s, n) >= 4)
+    else:
+        hit = hints(cls, id_)
+    if len(_HINTS) >= 65536:
+        _HINTS.clear()
+    _HINTS[key] = hit
+    return <tuple>hit
+
+
+def compiled_hints(str cls, str id_):
+    """The compiled ``hints`` (for the tests against hints.py's)."""
+    return _compiled(cls, id_)
 
 
 cdef int _kind(str tag):
@@ -133,7 +280,7 @@ cdef class _Walk:
                 self.flush()
             return self.skip(node)
         if (cls or id_) and not kind & K_A:  # links are never skipped for their names
-            unlikely, weight = hints(cls, id_)
+            unlikely, weight = _compiled(cls, id_)
         if role is not None and role in _UNLIKELY_ROLES:
             unlikely |= F_UNLIKELY
         if itemprop is not None and _POSITIVE_ITEMPROP.search(itemprop):
