@@ -49,23 +49,15 @@ cdef inline xmlNode* _text_or_skip(xmlNode* n):
     return NULL
 
 
-cdef object _text(xmlNode* n):
+cdef int _add_text(_Walk w, xmlNode* n) except -1:
     """lxml's _collectText from ``n`` (an element's .text from its first child, its .tail from
-    its next sibling): the consecutive text nodes joined; None where there is no text."""
+    its next sibling) into the walk's run: the consecutive text nodes."""
     n = _text_or_skip(n)
-    if n is NULL:
-        return None
-    cdef xmlNode* nxt = _text_or_skip(n.next)
-    if nxt is NULL:
-        if n.content is NULL or n.content[0] == 0:
-            return None
-        return _utf8(<const char*>n.content)
-    cdef bytes joined = b""
     while n is not NULL:
         if n.content is not NULL:
-            joined += <bytes>(<const char*>n.content)
+            w.add(<const char*>n.content, strlen(<const char*>n.content))
         n = _text_or_skip(n.next)
-    return joined.decode("utf-8") or None
+    return 0
 
 
 cdef str _attr_value(xmlAttr* a):
@@ -164,9 +156,7 @@ def walk(top, double deadline):
                 _attr_value(a_role) if a_role is not NULL else None,
                 _attr_value(a_itemprop) if a_itemprop is not NULL else None)
             if action == ENTER:
-                t = _text(n.children)
-                if t:
-                    w.add(t)
+                _add_text(w, n.children)
         if action != SKIP:
             child = _element(n.children)
             if child is not NULL:
@@ -178,9 +168,7 @@ def walk(top, double deadline):
             w.end(<size_t>n)
             if n is c_top:
                 return w.finish()
-            t = _text(n.next)
-            if t:
-                w.add(t)
+            _add_text(w, n.next)
             child = _element(n.next)
             if child is not NULL:
                 n = child

@@ -111,6 +111,7 @@ def walk(LexborHTMLParser parsed, double deadline):
         return title, _Page()
     cdef _Walk w = _Walk(deadline)
     cdef lxb_dom_node_t* n = top
+    cdef lxb_dom_text_t* text
     cdef lxb_dom_attr_t* a
     cdef lxb_dom_attr_t* a_class
     cdef lxb_dom_attr_t* a_id
@@ -126,9 +127,9 @@ def walk(LexborHTMLParser parsed, double deadline):
         w.tick()
         action = SKIP
         if n.type == TEXT_NODE or n.type == CDATA_SECTION_NODE:
-            t = _text(n)
-            if t:
-                w.add(t)
+            text = <lxb_dom_text_t*>n
+            if text.char_data.data.length:
+                w.add(<const char*>text.char_data.data.data, text.char_data.data.length)
         elif n.type == ELEMENT_NODE:
             tag, kind = _tag(w, n)
             if kind & K_JUNK:  # skipped as if it were not there (no line break), its tail kept

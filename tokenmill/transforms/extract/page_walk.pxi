@@ -4,8 +4,9 @@
 # blocks.py, as its do. Each walk reads its tree's nodes, names and attributes and calls these.
 from tokenmill.transforms.deadline import check
 
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.string cimport memcmp
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy
 
 from tokenmill.transforms.extract import hints as _hints_module
 from tokenmill.transforms.extract.hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
@@ -21,6 +22,7 @@ cdef object _UNLIKELY_ROLES = blocks.UNLIKELY_ROLES
 cdef object _POSITIVE_ITEMPROP = blocks.POSITIVE_ITEMPROP
 cdef object _is_hidden_style = blocks.is_hidden_style
 cdef object _BR = blocks.BR
+assert _BR == "\0"  # the byte the runs of text carry
 cdef object _prose_commas = blocks.prose_commas
 cdef object _paragraph_points = blocks.paragraph_points
 cdef int _LENGTH_CAP = blocks.LENGTH_CAP
@@ -196,7 +198,9 @@ cdef int _kind(str tag):
 
 
 cdef class _Walk:
-    cdef object pg, buf, tags, parents, ends, weights, flags, classes
+    cdef char* buf  # the current run of text, UTF-8 (<br> and <pre> line breaks as BR's NUL)
+    cdef Py_ssize_t buf_len, buf_cap
+    cdef object pg, tags, parents, ends, weights, flags, classes
     cdef object b_text, b_node, b_len, b_link, b_commas, b_points
     cdef Py_ssize_t link_len, n_br, pre_depth, cur, count
     cdef dict names, hidden_classes
@@ -210,7 +214,8 @@ cdef class _Walk:
         self.weights, self.flags, self.classes = pg.weight, pg.flags, pg.cls
         self.b_text, self.b_node, self.b_len, self.b_link = pg.b_text, pg.b_node, pg.b_len, pg.b_link
         self.b_commas, self.b_points = pg.b_commas, pg.b_points
-        self.buf = []
+        self.buf = NULL
+        self.buf_len = self.buf_cap = 0
         self.link_len = self.n_br = self.pre_depth = self.count = 0
         self.cur = -1
         self.names = {}  # tag name key of the tree -> (tag, kind bits)
@@ -230,17 +235,40 @@ cdef class _Walk:
             hit = self.hidden_classes[cls] = not _HIDDEN_CLASSES.isdisjoint(cls.split())
         return hit
 
-    cdef inline void add(self, object t):
-        """Text (or tail) into the current run; <pre> keeps its line breaks."""
+    def __dealloc__(self):
+        free(self.buf)
+
+    cdef int put(self, const char* t, Py_ssize_t n) except -1:
+        """Bytes onto the current run, as they are."""
+        cdef Py_ssize_t cap
+        cdef char* grown
+        if self.buf_len + n > self.buf_cap:
+            cap = max(2 * self.buf_cap, self.buf_len + n, 4096)
+            grown = <char*>realloc(self.buf, cap)
+            if grown is NULL:
+                raise MemoryError()
+            self.buf, self.buf_cap = grown, cap
+        memcpy(self.buf + self.buf_len, t, n)
+        self.buf_len += n
+        return 0
+
+    cdef int add(self, const char* t, Py_ssize_t n) except -1:
+        """UTF-8 text (or tail) into the current run; <pre> keeps its line breaks (as BR)."""
+        cdef Py_ssize_t i, start = self.buf_len
+        self.put(t, n)
         if self.pre_depth:
-            t = t.replace("\n", _BR)
-        self.buf.append(t)
+            for i in range(start, start + n):
+                if self.buf[i] == 10:
+                    self.buf[i] = 0
         if self.open_links:
-            self.link_len += len(t)
+            for i in range(n):  # characters: every byte but UTF-8's continuation bytes
+                if (<unsigned char>t[i]) & 0xC0 != 0x80:
+                    self.link_len += 1
+        return 0
 
     cdef void flush(self):
-        text = "".join(self.buf)
-        del self.buf[:]
+        text = PyUnicode_DecodeUTF8(self.buf, self.buf_len, NULL)
+        self.buf_len = 0
         cdef Py_ssize_t raw_len = len(text) - self.n_br
         cdef Py_ssize_t ln = self.link_len
         self.link_len = self.n_br = 0
@@ -276,7 +304,7 @@ cdef class _Walk:
         cdef Py_ssize_t i
         if (hidden_attr or (aria is not None and aria == "true")
                 or (style is not None and _is_hidden_style(style)) or (cls and self.hides(cls))):
-            if self.buf and not kind & K_INLINE:
+            if self.buf_len and not kind & K_INLINE:
                 self.flush()
             return self.skip(node)
         if (cls or id_) and not kind & K_A:  # links are never skipped for their names
@@ -293,7 +321,7 @@ cdef class _Walk:
             unlikely = 0  # the page itself and semantic content containers are never unlikely
         if kind & K_INLINE:
             if kind & K_BR:
-                self.buf.append(_BR)
+                self.put(b"\0", 1)  # BR
                 self.n_br += 1
                 return ENTER_BARE
             if unlikely & F_BOILERPLATE:  # e.g. <span class="share-count">
@@ -301,7 +329,7 @@ cdef class _Walk:
             if kind & K_A:
                 self.open_links.append(node)
             return ENTER
-        if self.buf:
+        if self.buf_len:
             self.flush()
         i = len(self.tags)
         self.tags.append(tag)
@@ -323,7 +351,7 @@ cdef class _Walk:
         if node == self.skipping:
             self.skipping = 0
         elif node == self.block_el:
-            if self.buf:
+            if self.buf_len:
                 self.flush()
             self.ends[self.cur] = len(self.tags) - 1
             self.stack.pop()
@@ -340,6 +368,6 @@ cdef class _Walk:
             self.open_links.pop()
 
     cdef object finish(self):
-        if self.buf and self.cur >= 0:
+        if self.buf_len and self.cur >= 0:
             self.flush()
         return self.pg
