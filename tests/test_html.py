@@ -389,6 +389,10 @@ def _pages():
         "<p class=''>empty class</p><p id=''>empty id</p><p class='a  b\tc'>spaces</p>tail text",
         "<font>" * 3000 + "<p>deep, flat tree</p>" + "</font>" * 3000 + "<p>after</p>",
         "<p>caf\u00e9 \u65e5\u672c <b>\U0001f600</b>&amp; &lt;x&gt;</p>",
+        # every kind of whitespace str.split() knows, prose commas of four scripts, empty lines
+        "<p>a\u00a0b\u3000c\u2028d\u0085e\x1cf\u2009g\u205fh,\n i\uff0cj\u3001k\u060c l" + "x" * 30 + "</p>"
+        "<p><br> <br>one, two<br>\u00a0\u00a0<br>" + "y, " * 40 + "<br></p><pre>a  b\n\n c, d\n</pre>"
+        "<div>,<br>,, ,\u060c\uff0c</div><a href=x>link\u00a0text, in <b>bold</b></a>",
     ]
     pages += [(f"hand-made {i}", f"<html><body>{h}</body></html>") for i, h in enumerate(hand)]
     return pages

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from tokenmill.transforms.deadline import Timeout, check
 
 from .content import assemble, main_blocks, polish, title_heading
-from .decode import decode_html
+from .decode import decode_page
 from .sniff import looks_binary, looks_binary_text
 from .tree import parse_page
 
@@ -65,19 +65,21 @@ def extract_html(
             raw = bytes(raw)
             if looks_binary(raw):
                 return Extracted(None, "binary_content")
-            text, encoding = decode_html(raw, encoding_hint)
+            text, encoding, utf8 = decode_page(raw, encoding_hint)
+            if utf8 is not None and b"\x00" in utf8:
+                utf8 = None
         elif isinstance(raw, str):
-            text = raw
+            text, utf8 = raw, None
             if looks_binary_text(text):
                 return Extracted(None, "binary_content")
         else:
             return Extracted(None, "parse_error")
-        if "\x00" in text:
+        if utf8 is None and "\x00" in text:
             text = text.replace("\x00", "")
         if not text or text.isspace():
             return Extracted(None, "no_text", encoding=encoding)
         check(deadline)
-        parsed = parse_page(text, deadline)
+        parsed = parse_page(text, deadline, utf8)
         if parsed is None:
             return Extracted(None, "no_text", encoding=encoding)
         title, pg = parsed

@@ -137,13 +137,26 @@ def _detect(raw: bytes) -> str | None:
 
 def decode_html(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str]:
     """(text, codec name) for the bytes of a page. Order: BOM, strict UTF-8, declared, detected."""
+    text, codec, _ = decode_page(raw, encoding_hint)
+    return text, codec
+
+
+def decode_page(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str, bytes | None]:
+    """decode_html's (text, codec name), and ``raw`` itself where it is exactly the text's UTF-8
+    (strict UTF-8 without a BOM: most pages), else None, so that a parser needs no encoding."""
     for bom, name in _BOMS:
         if raw.startswith(bom):
-            return raw[len(bom) :].decode(name, "replace"), name
+            return raw[len(bom) :].decode(name, "replace"), name, None
     try:
-        return raw.decode("utf-8"), "utf-8"  # the fast path: most pages (and every ASCII page)
+        return raw.decode("utf-8"), "utf-8", raw  # the fast path: most pages (and every ASCII page)
     except UnicodeDecodeError as exc:
         utf8_error_at = exc.start
+    text, codec = _decode_legacy(raw, encoding_hint, utf8_error_at)
+    return text, codec, None
+
+
+def _decode_legacy(raw: bytes, encoding_hint: str | None, utf8_error_at: int) -> tuple[str, str]:
+    """decode_html for bytes that are not strict UTF-8 (the first bad byte at ``utf8_error_at``)."""
     utf16 = utf16_without_bom(raw[:SNIFF])
     if utf16:
         return raw.decode(utf16, "replace"), utf16

@@ -5,7 +5,7 @@
 from tokenmill.transforms.deadline import check
 
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
 from tokenmill.transforms.extract import hints as _hints_module
@@ -23,8 +23,6 @@ cdef object _POSITIVE_ITEMPROP = blocks.POSITIVE_ITEMPROP
 cdef object _is_hidden_style = blocks.is_hidden_style
 cdef object _BR = blocks.BR
 assert _BR == "\0"  # the byte the runs of text carry
-cdef object _prose_commas = blocks.prose_commas
-cdef object _paragraph_points = blocks.paragraph_points
 cdef int _LENGTH_CAP = blocks.LENGTH_CAP
 cdef object _Page = blocks.Page
 
@@ -197,9 +195,30 @@ cdef int _kind(str tag):
             | (K_JUNK if tag in _JUNK else 0))
 
 
+cdef inline Py_ssize_t _space(const unsigned char* s, Py_ssize_t i, Py_ssize_t n):
+    """The length in bytes of the character at s[i] if str.isspace() says it is, else 0."""
+    cdef unsigned char c = s[i]
+    if c < 0x80:
+        return 1 if c == 32 or 9 <= c <= 13 or 28 <= c <= 31 else 0
+    if c == 0xC2:  # U+0085, U+00A0
+        return 2 if i + 1 < n and (s[i + 1] == 0x85 or s[i + 1] == 0xA0) else 0
+    if i + 2 >= n:
+        return 0
+    if c == 0xE1:  # U+1680
+        return 3 if s[i + 1] == 0x9A and s[i + 2] == 0x80 else 0
+    if c == 0xE2:  # U+2000-200A, U+2028, U+2029, U+202F; U+205F
+        if s[i + 1] == 0x80:
+            return 3 if 0x80 <= s[i + 2] <= 0x8A or s[i + 2] == 0xA8 or s[i + 2] == 0xA9 or s[i + 2] == 0xAF else 0
+        return 3 if s[i + 1] == 0x81 and s[i + 2] == 0x9F else 0
+    if c == 0xE3:  # U+3000
+        return 3 if s[i + 1] == 0x80 and s[i + 2] == 0x80 else 0
+    return 0
+
+
 cdef class _Walk:
     cdef char* buf  # the current run of text, UTF-8 (<br> and <pre> line breaks as BR's NUL)
-    cdef Py_ssize_t buf_len, buf_cap
+    cdef Py_ssize_t buf_len, buf_cap, out_cap
+    cdef char* out  # flush's output
     cdef object pg, tags, parents, ends, weights, flags, classes
     cdef object b_text, b_node, b_len, b_link, b_commas, b_points
     cdef Py_ssize_t link_len, n_br, pre_depth, cur, count
@@ -214,8 +233,8 @@ cdef class _Walk:
         self.weights, self.flags, self.classes = pg.weight, pg.flags, pg.cls
         self.b_text, self.b_node, self.b_len, self.b_link = pg.b_text, pg.b_node, pg.b_len, pg.b_link
         self.b_commas, self.b_points = pg.b_commas, pg.b_points
-        self.buf = NULL
-        self.buf_len = self.buf_cap = 0
+        self.buf = self.out = NULL
+        self.buf_len = self.buf_cap = self.out_cap = 0
         self.link_len = self.n_br = self.pre_depth = self.count = 0
         self.cur = -1
         self.names = {}  # tag name key of the tree -> (tag, kind bits)
@@ -237,6 +256,7 @@ cdef class _Walk:
 
     def __dealloc__(self):
         free(self.buf)
+        free(self.out)
 
     cdef int put(self, const char* t, Py_ssize_t n) except -1:
         """Bytes onto the current run, as they are."""
@@ -266,31 +286,81 @@ cdef class _Walk:
                     self.link_len += 1
         return 0
 
-    cdef void flush(self):
-        text = PyUnicode_DecodeUTF8(self.buf, self.buf_len, NULL)
-        self.buf_len = 0
-        cdef Py_ssize_t raw_len = len(text) - self.n_br
+    cdef int flush(self) except -1:
+        """The run of text so far as a block, as py_walk's flush makes it: whitespace collapsed
+        (str.split()'s whitespace), one line per <br>-broken line (empty lines dropped); its
+        length, link share, prose commas and paragraph points (blocks.py), in one pass over
+        the UTF-8 bytes."""
+        cdef Py_ssize_t i = 0, n_in = self.buf_len, o = 0, line_start = 0, ws, chars = 0
+        cdef Py_ssize_t n = 0, commas = 0, line_chars = 0, line_commas = 0, points = 0
+        cdef unsigned char* src = <unsigned char*>self.buf
+        cdef unsigned char* out
+        cdef bint pending = False
+        for i in range(n_in):  # characters, <br> marks included (as len() counts them)
+            chars += src[i] & 0xC0 != 0x80
+        cdef Py_ssize_t raw_len = chars - self.n_br
         cdef Py_ssize_t ln = self.link_len
-        self.link_len = self.n_br = 0
-        if _BR in text:
-            text = "\n".join(filter(None, (" ".join(part.split()) for part in text.split(_BR))))
-        elif text.isspace():
-            return
-        else:
-            text = " ".join(text.split())
-        if not text:
-            return
-        cdef Py_ssize_t n = len(text)
-        self.b_text.append(text)
+        self.link_len = self.n_br = self.buf_len = 0
+        if self.out_cap < n_in:
+            free(self.out)
+            self.out = <char*>malloc(n_in)
+            self.out_cap = n_in if self.out is not NULL else 0
+            if self.out is NULL:
+                raise MemoryError()
+        out = <unsigned char*>self.out
+        i = 0
+        while i < n_in:  # " ".join(line.split()) of each line, the lines with words joined by "\n"
+            if src[i] == 0:  # BR
+                if o > line_start:
+                    out[o] = 10
+                    o += 1
+                    line_start = o
+                pending = False
+                i += 1
+                continue
+            ws = _space(src, i, n_in)
+            if ws:
+                pending = o > line_start
+                i += ws
+                continue
+            if pending:
+                out[o] = 32
+                o += 1
+                pending = False
+            out[o] = src[i]
+            o += 1
+            i += 1
+        if o and out[o - 1] == 10:
+            o -= 1
+        if o == 0:
+            return 0
+        i = 0
+        while i <= o:  # each line's characters, commas and points
+            if i == o or out[i] == 10:
+                n += line_chars + (i < o)
+                commas += line_commas
+                if line_chars >= 25:
+                    points += 2 + line_commas + min(line_chars // 100, _LENGTH_CAP)
+                line_chars = line_commas = 0
+                i += 1
+                continue
+            line_chars += out[i] & 0xC0 != 0x80
+            if out[i] == 0x2C:  # ", "
+                line_commas += i + 1 < o and out[i + 1] == 32
+            elif out[i] == 0xEF:  # "，"
+                line_commas += i + 2 < o and out[i + 1] == 0xBC and out[i + 2] == 0x8C
+            elif out[i] == 0xE3:  # "、"
+                line_commas += i + 2 < o and out[i + 1] == 0x80 and out[i + 2] == 0x81
+            elif out[i] == 0xD8:  # "، "
+                line_commas += i + 2 < o and out[i + 1] == 0x8C and out[i + 2] == 32
+            i += 1
+        self.b_text.append(PyUnicode_DecodeUTF8(self.out, o, NULL))
         self.b_node.append(self.cur)
         self.b_len.append(n)
         self.b_link.append(n * ln / raw_len if ln else 0.0)
-        commas = _prose_commas(text)
         self.b_commas.append(commas)
-        if "\n" in text:
-            self.b_points.append(sum([_paragraph_points(line) for line in text.split("\n")]))
-        else:
-            self.b_points.append(2 + commas + min(n // 100, _LENGTH_CAP) if n >= 25 else 0)
+        self.b_points.append(points)
+        return 0
 
     cdef int skip(self, size_t node):
         self.skipping = node

@@ -161,12 +161,14 @@ def _cap_attributes(data: bytes) -> bytes:
     return _TAG_ATTRS.sub(rb"\1", data)
 
 
-def _utf8(text: str) -> bytes:
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates in a str input
-        data = text.encode("utf-8", "replace")
-    return _cap_attributes(data)
+def _utf8(text: str, utf8: bytes | None = None) -> bytes:
+    """``text`` in UTF-8 (``utf8`` where the caller has it), tags cut to the attribute cap."""
+    if utf8 is None:
+        try:
+            utf8 = text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates in a str input
+            utf8 = text.encode("utf-8", "replace")
+    return _cap_attributes(utf8)
 
 
 def parse(text: str, deadline: float, data: bytes | None = None) -> etree._Element | None:
@@ -231,9 +233,10 @@ _LEXBOR = lexbor_walk()
 _LEXBOR_LIMITS = (3000, 1000, 5000, 200_000)
 
 
-def parse_page(text: str, deadline: float) -> tuple[str | None, Page] | None:
-    """(the page's <title>, the walk's Page of its body), None for a page with no tree."""
-    data = _utf8(text)
+def parse_page(text: str, deadline: float, utf8: bytes | None = None) -> tuple[str | None, Page] | None:
+    """(the page's <title>, the walk's Page of its body), None for a page with no tree;
+    ``utf8``: ``text`` in UTF-8, where the caller has it (the page's own bytes)."""
+    data = _utf8(text, utf8)
     if _LEXBOR is not None and all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
         from selectolax.lexbor import LexborHTMLParser
 
