@@ -99,6 +99,11 @@ cdef object _title(lxb_dom_node_t* head):
     return None
 
 
+def parse_and_walk(bytes data, double deadline):
+    """``walk`` of ``data`` (UTF-8) parsed by lexbor."""
+    return walk(LexborHTMLParser(data), deadline)
+
+
 def walk(LexborHTMLParser parsed, double deadline):
     """(title, Page) of a parsed page: its <title>, and walk.walk over its <body> (over the
     <html> element where there is none: a frameset)."""

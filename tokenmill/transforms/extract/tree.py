@@ -238,9 +238,7 @@ def parse_page(text: str, deadline: float, utf8: bytes | None = None) -> tuple[s
     ``utf8``: ``text`` in UTF-8, where the caller has it (the page's own bytes)."""
     data = _utf8(text, utf8)
     if _LEXBOR is not None and all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
-        from selectolax.lexbor import LexborHTMLParser
-
-        return _LEXBOR.walk(LexborHTMLParser(data), deadline)
+        return _LEXBOR.parse_and_walk(data, deadline)
     root = parse(text, deadline, data)
     if root is None:
         return None
