@@ -11,7 +11,7 @@ hostile trees. Built by setup.py where a C compiler is (optional: without it, wa
 
 cimport lxml.includes.etreepublic as cetree
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memchr, strcmp, strlen
+from libc.string cimport memchr, memset, strlen
 from lxml.includes.tree cimport (
     XML_CDATA_SECTION_NODE,
     XML_ELEMENT_NODE,
@@ -60,9 +60,9 @@ cdef int _add_text(_Walk w, xmlNode* n) except -1:
     return 0
 
 
-cdef str _attr_value(xmlAttr* a):
+cdef object _attr_value(void* attribute):
     """An attribute's value (lxml's get(): its text children joined)."""
-    cdef xmlNode* c = a.children
+    cdef xmlNode* c = (<xmlAttr*>attribute).children
     if c is NULL:
         return ""
     if c.next is NULL:
@@ -104,15 +104,8 @@ def walk(top, double deadline):
     cdef xmlNode* n = c_top
     cdef xmlNode* child
     cdef xmlAttr* a
-    cdef xmlAttr* a_class
-    cdef xmlAttr* a_id
-    cdef xmlAttr* a_hidden
-    cdef xmlAttr* a_aria
-    cdef xmlAttr* a_style
-    cdef xmlAttr* a_role
-    cdef xmlAttr* a_itemprop
+    cdef void* slots[N_ATTRIBUTES]
     cdef int kind, action
-    cdef const char* name
     while True:
         # ---- the start of element n
         w.tick()
@@ -120,41 +113,13 @@ def walk(top, double deadline):
         if kind & K_JUNK:  # skipped as if it were not there (no line break), its tail kept
             action = w.skip(<size_t>n)
         else:
-            a_class = a_id = a_hidden = a_aria = a_style = a_role = a_itemprop = NULL
+            memset(slots, 0, sizeof(slots))
             a = n.properties
             while a is not NULL:
                 if a.ns is NULL:
-                    name = <const char*>a.name
-                    if strcmp(name, "class") == 0:
-                        if a_class is NULL:
-                            a_class = a
-                    elif strcmp(name, "id") == 0:
-                        if a_id is NULL:
-                            a_id = a
-                    elif strcmp(name, "hidden") == 0:
-                        a_hidden = a
-                    elif strcmp(name, "aria-hidden") == 0:
-                        if a_aria is NULL:
-                            a_aria = a
-                    elif strcmp(name, "style") == 0:
-                        if a_style is NULL:
-                            a_style = a
-                    elif strcmp(name, "role") == 0:
-                        if a_role is NULL:
-                            a_role = a
-                    elif strcmp(name, "itemprop") == 0:
-                        if a_itemprop is NULL:
-                            a_itemprop = a
+                    _keep_first(slots, <const char*>a.name, strlen(<const char*>a.name), a)
                 a = a.next
-            action = w.start(
-                <size_t>n, tag, kind,
-                _attr_value(a_class) if a_class is not NULL else "",
-                _attr_value(a_id) if a_id is not NULL and not kind & K_HEADING else "",
-                a_hidden is not NULL,
-                _attr_value(a_aria) if a_aria is not NULL else None,
-                _attr_value(a_style) if a_style is not NULL else None,
-                _attr_value(a_role) if a_role is not NULL else None,
-                _attr_value(a_itemprop) if a_itemprop is not NULL else None)
+            action = w.start_element(<size_t>n, tag, kind, slots, _attr_value)
             if action == ENTER:
                 _add_text(w, n.children)
         if action != SKIP:

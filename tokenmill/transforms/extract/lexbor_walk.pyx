@@ -11,7 +11,7 @@ text on all but a few malformed pages (bench/MEASUREMENTS.md).
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint64_t
-from libc.string cimport memchr, memcmp
+from libc.string cimport memchr, memcmp, memset
 from selectolax.lexbor cimport (
     LexborHTMLParser,
     lxb_char_t,
@@ -47,12 +47,9 @@ cdef inline bint _is(const lxb_char_t* s, size_t n, const char* name, size_t m):
     return n == m and memcmp(s, name, m) == 0
 
 
-cdef inline object _value(lxb_dom_attr_t* a):
+cdef object _value(void* attribute):
     cdef size_t n = 0
-    cdef const lxb_char_t* s
-    if a is NULL:
-        return None
-    s = lxb_dom_attr_value_noi(a, &n)
+    cdef const lxb_char_t* s = lxb_dom_attr_value_noi(<lxb_dom_attr_t*>attribute, &n)
     return _str(s, n)
 
 
@@ -118,13 +115,7 @@ def walk(LexborHTMLParser parsed, double deadline):
     cdef lxb_dom_node_t* n = top
     cdef lxb_dom_text_t* text
     cdef lxb_dom_attr_t* a
-    cdef lxb_dom_attr_t* a_class
-    cdef lxb_dom_attr_t* a_id
-    cdef lxb_dom_attr_t* a_aria
-    cdef lxb_dom_attr_t* a_style
-    cdef lxb_dom_attr_t* a_role
-    cdef lxb_dom_attr_t* a_itemprop
-    cdef bint a_hidden
+    cdef void* slots[N_ATTRIBUTES]
     cdef int kind, action
     cdef const lxb_char_t* name
     cdef size_t length = 0
@@ -140,31 +131,13 @@ def walk(LexborHTMLParser parsed, double deadline):
             if kind & K_JUNK:  # skipped as if it were not there (no line break), its tail kept
                 action = w.skip(<size_t>n)
             else:
-                a_class = a_id = a_aria = a_style = a_role = a_itemprop = NULL
-                a_hidden = False
+                memset(slots, 0, sizeof(slots))
                 a = lxb_dom_element_first_attribute_noi(<lxb_dom_element_t*>n)
-                while a is not NULL:  # the parser keeps the first of repeated attributes
+                while a is not NULL:
                     name = lxb_dom_attr_local_name_noi(a, &length)
-                    if _is(name, length, "class", 5):
-                        a_class = a
-                    elif _is(name, length, "id", 2):
-                        a_id = a
-                    elif _is(name, length, "hidden", 6):
-                        a_hidden = True
-                    elif _is(name, length, "aria-hidden", 11):
-                        a_aria = a
-                    elif _is(name, length, "style", 5):
-                        a_style = a
-                    elif _is(name, length, "role", 4):
-                        a_role = a
-                    elif _is(name, length, "itemprop", 8):
-                        a_itemprop = a
+                    _keep_first(slots, <const char*>name, length, a)
                     a = a.next
-                action = w.start(
-                    <size_t>n, tag, kind,
-                    _value(a_class) if a_class is not NULL else "",
-                    _value(a_id) if a_id is not NULL and not kind & K_HEADING else "",
-                    a_hidden, _value(a_aria), _value(a_style), _value(a_role), _value(a_itemprop))
+                action = w.start_element(<size_t>n, tag, kind, slots, _value)
         # (comments and the like: neither entered nor an element's end)
         if action != SKIP and n.first_child is not NULL:
             n = n.first_child

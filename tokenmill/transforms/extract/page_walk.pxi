@@ -195,6 +195,44 @@ cdef int _kind(str tag):
             | (K_JUNK if tag in _JUNK else 0))
 
 
+# The attributes the walk reads, by slot: each walk keeps an element's first of each (the tree's
+# attribute node) and ``start_element`` reads their values through the walk's ``value`` function.
+cdef enum:
+    A_CLASS = 0
+    A_ID = 1
+    A_HIDDEN = 2
+    A_ARIA_HIDDEN = 3
+    A_STYLE = 4
+    A_ROLE = 5
+    A_ITEMPROP = 6
+    N_ATTRIBUTES = 7
+
+ctypedef object (*attribute_value_f)(void* attribute)
+
+
+cdef inline int _attribute(const char* name, size_t n):
+    """The slot of an attribute name the walk reads, else -1."""
+    if n == 5:
+        return A_CLASS if memcmp(name, b"class", 5) == 0 else A_STYLE if memcmp(name, b"style", 5) == 0 else -1
+    if n == 2:
+        return A_ID if memcmp(name, b"id", 2) == 0 else -1
+    if n == 6:
+        return A_HIDDEN if memcmp(name, b"hidden", 6) == 0 else -1
+    if n == 11:
+        return A_ARIA_HIDDEN if memcmp(name, b"aria-hidden", 11) == 0 else -1
+    if n == 4:
+        return A_ROLE if memcmp(name, b"role", 4) == 0 else -1
+    if n == 8:
+        return A_ITEMPROP if memcmp(name, b"itemprop", 8) == 0 else -1
+    return -1
+
+
+cdef inline void _keep_first(void** slots, const char* name, size_t n, void* attribute):
+    cdef int slot = _attribute(name, n)
+    if slot >= 0 and slots[slot] is NULL:
+        slots[slot] = attribute
+
+
 cdef inline Py_ssize_t _space(const unsigned char* s, Py_ssize_t i, Py_ssize_t n):
     """The length in bytes of the character at s[i] if str.isspace() says it is, else 0."""
     cdef unsigned char c = s[i]
@@ -365,6 +403,18 @@ cdef class _Walk:
     cdef int skip(self, size_t node):
         self.skipping = node
         return SKIP
+
+    cdef int start_element(self, size_t node, str tag, int kind, void** slots, attribute_value_f value):
+        """An element's start, given its attributes by slot (NULL where absent)."""
+        return self.start(
+            node, tag, kind,
+            value(slots[A_CLASS]) if slots[A_CLASS] is not NULL else "",
+            value(slots[A_ID]) if slots[A_ID] is not NULL and not kind & K_HEADING else "",
+            slots[A_HIDDEN] is not NULL,
+            value(slots[A_ARIA_HIDDEN]) if slots[A_ARIA_HIDDEN] is not NULL else None,
+            value(slots[A_STYLE]) if slots[A_STYLE] is not NULL else None,
+            value(slots[A_ROLE]) if slots[A_ROLE] is not NULL else None,
+            value(slots[A_ITEMPROP]) if slots[A_ITEMPROP] is not NULL else None)
 
     cdef int start(self, size_t node, str tag, int kind, str cls, str id_, bint hidden_attr,
                    object aria, object style, object role, object itemprop):
