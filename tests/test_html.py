@@ -537,14 +537,14 @@ def test_lexbor_walk_gives_the_python_walks_pages():
         title, pg = tree._LEXBOR.walk(parsed, time.monotonic() + 60)
         try:
             ref = py_walk(_lxml_copy(parsed.body), time.monotonic() + 60)
-        except ValueError:  # a tag name lxml refuses ("o:p")
+        except ValueError:  # a tag name ("o:p") or a control character lxml refuses
             skipped += 1
             continue
         assert [getattr(pg, s) for s in Page.__slots__] == [getattr(ref, s) for s in Page.__slots__], name
         el = parsed.css_first("head > title")
         assert title == ((" ".join(el.text().split()) or None) if el is not None else None), name
         n += 1
-    assert n >= 8 and skipped <= n // 10, (n, skipped)
+    assert n >= 8 and skipped <= 1 + n // 10, (n, skipped)
 
 
 def test_lexbor_and_lxml_give_the_same_text_on_nearly_every_page():
@@ -619,4 +619,4 @@ def test_compiled_hints_answer_as_hints_py():
                    "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))))
     for cls, id_ in sorted(pairs):
         assert compiled.compiled_hints(cls, id_) == hints(cls, id_), (cls, id_)
-    assert len(pairs) > 20_000 + 1000 * bool(_shared_data().exists())
+    assert len(pairs) > 15_000 + 50_000 * bool(_shared_data().exists())

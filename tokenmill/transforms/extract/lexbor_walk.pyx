@@ -5,7 +5,7 @@ lexbor parses a page in a third of libxml2's time and builds the tree HTML5 brow
 walk reads lexbor's nodes directly (tag names, attributes, text nodes: UTF-8) and makes the same
 steps as walk.py's ``py_walk`` (page_walk.pxi). Compiled against the lexbor headers of the very
 selectolax release it runs with (setup.py), and used only where that selectolax is the one
-installed (walk.py); elsewhere the extractor parses with lxml (tree.py), which gives the same
+installed (tree.py); elsewhere the extractor parses with lxml (tree.py too), which gives the same
 text on all but a few malformed pages (bench/MEASUREMENTS.md).
 """
 
