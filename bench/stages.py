@@ -6,7 +6,7 @@ speed on the same documents. For every stage this script times, on the same docu
 - bare: the library (or tokenmill's pure core) called in a plain Python loop:
 
   ========  ==========================================================================
-  extract   ``tokenmill.transforms.extract.extract_html`` (our extractor on lxml)
+  extract   ``tokenmill.transforms.extract.extract_html`` (our extractor: lexbor's tree, compiled walk)
   normalize ``ftfy.fix_text(text, fix_character_width=False)``, and the core ``normalize_text``
   language  fastText ``model.predict(one-line prefix, k=1)`` (tokenmill's model loader)
   quality   ``signals`` + ``first_failure``
