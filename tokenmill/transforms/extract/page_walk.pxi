@@ -146,7 +146,6 @@ cdef Py_ssize_t _pieces(const unsigned char* s, Py_ssize_t n):
 cdef object _combine = _hints_module.combine
 cdef tuple _TAXONOMY = _hints_module.TAXONOMY_PREFIXES
 cdef dict _HINTS = {}  # (class, id) -> hints; emptied when full
-cdef unsigned char[MAX_NAME] _low
 
 
 cdef tuple _compiled(str cls, str id_):
@@ -158,6 +157,7 @@ cdef tuple _compiled(str cls, str id_):
     cdef Py_ssize_t n
     cdef const char* s
     cdef int class_bits = 0, id_bits = 0
+    cdef unsigned char low[MAX_NAME]  # the name lower-cased (on the stack: no state between calls)
     cdef bint ok = _compiled_hints and cls.isascii() and id_.isascii()
     if ok:
         for name in cls.split():
@@ -166,13 +166,13 @@ cdef tuple _compiled(str cls, str id_):
                 if n >= MAX_NAME:
                     ok = False
                     break
-                class_bits |= _name_bits(<const unsigned char*>s, n, _low)
+                class_bits |= _name_bits(<const unsigned char*>s, n, low)
     if ok and id_:
         s = PyUnicode_AsUTF8AndSize(id_, &n)
         if n >= MAX_NAME:
             ok = False
         else:
-            id_bits = _name_bits(<const unsigned char*>s, n, _low)
+            id_bits = _name_bits(<const unsigned char*>s, n, low)
     if ok:
         hit = _combine(class_bits, id_bits, id_bits != 0 and _pieces(<const unsigned char*>s, n) >= 4)
     else:
