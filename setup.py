@@ -7,7 +7,7 @@
   $TOKENMILL_LEXBOR_INCLUDE).
 
 Both optional: where one cannot be built (no C compiler, no headers), the install goes on and the
-extractor runs without it (walk.py says which path gives which output). Everything else is in
+extractor runs without it (tree.py and walk.py say which path gives which output). Everything else is in
 pyproject.toml."""
 
 import hashlib

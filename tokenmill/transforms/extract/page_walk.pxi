@@ -21,8 +21,7 @@ cdef object _HIDDEN_CLASSES = blocks.HIDDEN_CLASSES
 cdef object _UNLIKELY_ROLES = blocks.UNLIKELY_ROLES
 cdef object _POSITIVE_ITEMPROP = blocks.POSITIVE_ITEMPROP
 cdef object _is_hidden_style = blocks.is_hidden_style
-cdef object _BR = blocks.BR
-assert _BR == "\0"  # the byte the runs of text carry
+assert blocks.BR == "\0"  # the byte the runs of text carry
 cdef int _LENGTH_CAP = blocks.LENGTH_CAP
 cdef object _Page = blocks.Page
 
@@ -405,33 +404,24 @@ cdef class _Walk:
         return SKIP
 
     cdef int start_element(self, size_t node, str tag, int kind, void** slots, attribute_value_f value):
-        """An element's start, given its attributes by slot (NULL where absent)."""
-        return self.start(
-            node, tag, kind,
-            value(slots[A_CLASS]) if slots[A_CLASS] is not NULL else "",
-            value(slots[A_ID]) if slots[A_ID] is not NULL and not kind & K_HEADING else "",
-            slots[A_HIDDEN] is not NULL,
-            value(slots[A_ARIA_HIDDEN]) if slots[A_ARIA_HIDDEN] is not NULL else None,
-            value(slots[A_STYLE]) if slots[A_STYLE] is not NULL else None,
-            value(slots[A_ROLE]) if slots[A_ROLE] is not NULL else None,
-            value(slots[A_ITEMPROP]) if slots[A_ITEMPROP] is not NULL else None)
-
-    cdef int start(self, size_t node, str tag, int kind, str cls, str id_, bint hidden_attr,
-                   object aria, object style, object role, object itemprop):
-        """An element's start, its attributes read (None where absent; ``id_`` "" for headings,
-        whose ids are anchors made of their text): SKIP, ENTER or ENTER_BARE."""
+        """An element's start, given its attributes by slot (NULL where absent; a heading's id is
+        not read: it is an anchor made of its text): SKIP, ENTER or ENTER_BARE."""
         cdef int unlikely = 0, weight = 0, flag = 0
         cdef Py_ssize_t i
-        if (hidden_attr or (aria is not None and aria == "true")
-                or (style is not None and _is_hidden_style(style)) or (cls and self.hides(cls))):
+        cls = value(slots[A_CLASS]) if slots[A_CLASS] is not NULL else ""
+        id_ = value(slots[A_ID]) if slots[A_ID] is not NULL and not kind & K_HEADING else ""
+        if (slots[A_HIDDEN] is not NULL
+                or (slots[A_ARIA_HIDDEN] is not NULL and value(slots[A_ARIA_HIDDEN]) == "true")
+                or (slots[A_STYLE] is not NULL and _is_hidden_style(value(slots[A_STYLE])))
+                or (cls and self.hides(cls))):
             if self.buf_len and not kind & K_INLINE:
                 self.flush()
             return self.skip(node)
         if (cls or id_) and not kind & K_A:  # links are never skipped for their names
             unlikely, weight = _compiled(cls, id_)
-        if role is not None and role in _UNLIKELY_ROLES:
+        if slots[A_ROLE] is not NULL and value(slots[A_ROLE]) in _UNLIKELY_ROLES:
             unlikely |= F_UNLIKELY
-        if itemprop is not None and _POSITIVE_ITEMPROP.search(itemprop):
+        if slots[A_ITEMPROP] is not NULL and _POSITIVE_ITEMPROP.search(value(slots[A_ITEMPROP])):
             flag |= F_POSITIVE
             weight += 25
             unlikely = 0
