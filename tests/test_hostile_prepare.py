@@ -346,6 +346,54 @@ def test_an_exit_handler_that_never_returns_does_not_keep_a_run_alive(tmp_path):
     assert "/nope" in one_error_line(p.stderr)
 
 
+def test_a_thread_that_fails_just_before_the_interrupt_is_not_printed_but_others_are():
+    """SIGTERM to the process group ends the workers too, and Beam's threads that watch them can
+    fail before the launcher's main thread has run its handler (CI: two "Exception in thread
+    run_worker" tracebacks before `tokenmill: terminated`). A thread's failure waits for an
+    interrupt on its way; one with none coming is still printed."""
+    code = """
+import os, signal, sys, threading, time
+from tokenmill.pipelines import launch
+launch.THREAD_FAILURE_GRACE_S = 1.0
+def fail():
+    raise RuntimeError("Worker subprocess exited with return code -15")
+try:
+    with launch.interruptible():
+        threading.Thread(target=fail, name="run_worker").start()
+        time.sleep(0.3)
+        if sys.argv[1] == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2)
+except KeyboardInterrupt as e:
+    print(type(e).__name__)
+"""
+    quiet = subprocess.run([sys.executable, "-c", code, "signal"], capture_output=True, text=True, timeout=60)
+    assert quiet.stdout.split() == ["Terminated"] and quiet.stderr == "", quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", code, "none"], capture_output=True, text=True, timeout=60)
+    assert loud.stdout == "" and "Exception in thread run_worker" in loud.stderr and "return code -15" in loud.stderr
+
+
+def test_an_interrupted_run_that_cannot_unwind_ends_with_every_threads_stack():
+    """Past UNWIND_DEADLINE_S after the interrupt, a run whose teardown is stuck (here: on a lock
+    no one releases) is ended, and stderr shows where each thread was."""
+    code = """
+import os, signal, threading
+from tokenmill.pipelines import launch
+launch.UNWIND_DEADLINE_S = 1.0
+with launch.interruptible():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.pause()
+    finally:
+        lock = threading.Lock(); lock.acquire(); lock.acquire()  # never returns
+"""
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and time.monotonic() - t0 < 30, p.stderr
+    stuck = next(i for i, ln in enumerate(code.splitlines(), 1) if "never returns" in ln)
+    assert "Timeout" in p.stderr and "Thread 0x" in p.stderr and f'File "<string>", line {stuck}' in p.stderr, p.stderr
+
+
 def test_a_worker_started_after_an_interrupt_is_ended_too():
     """Beam may start a multi_processing worker after the interrupt's sweep of the workers, and its
     teardown then waits for that worker, which waits for work forever (a stress run of 40

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import os
 import sys
 import threading
@@ -21,6 +22,9 @@ def exit_after_handlers(code: int) -> None:
     watchdog = threading.Timer(EXIT_HANDLERS_S, os._exit, args=(code,))
     watchdog.daemon = True
     watchdog.start()
+    # The watchdog needs the GIL; a handler stuck in C code holding it would stop it too: then
+    # faulthandler's C thread writes every thread's stack and ends the process (exit code 1).
+    faulthandler.dump_traceback_later(EXIT_HANDLERS_S + 10, exit=True, file=sys.__stderr__)
     sys.stdout.flush()
     sys.stderr.flush()
     with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import faulthandler
 import io
 import logging
 import os
@@ -255,6 +256,10 @@ def end_workers() -> None:
                 os.kill(pid, signal.SIGTERM)
 
 
+THREAD_FAILURE_GRACE_S = 2.0  # how long a thread's failure waits for a signal that is on its way
+UNWIND_DEADLINE_S = 30.0  # the most an interrupted run takes to unwind before it is ended
+
+
 def _end_workers_until(unwound: threading.Event, every_s: float = 0.2) -> None:
     while not unwound.wait(every_s):
         end_workers()
@@ -267,28 +272,34 @@ def interruptible():
     finishes: the workers, which ignore SIGINT, are ended first, and any that Beam starts while
     it unwinds. What Beam's threads then raise about the workers they lost (gRPC stream errors,
     "Worker subprocess exited") is the interrupt's fallout, not news: after an interrupt, thread
-    exceptions are not printed, for the rest of the process. SIGTERM raises Terminated, a
-    KeyboardInterrupt."""
+    exceptions are not printed, for the rest of the process. A signal to the process group reaches
+    the workers too, and the threads that watch them can fail before the main thread has run
+    the handler (CI: "Exception in thread run_worker" after SIGTERM to the group): a thread's
+    exception waits up to THREAD_FAILURE_GRACE_S for the interrupt before it is printed.
+    SIGTERM raises Terminated, a KeyboardInterrupt. Once interrupted, the run has UNWIND_DEADLINE_S
+    to unwind: past it, faulthandler (a C thread: it needs no lock of Python's) writes every
+    thread's stack to stderr and ends the process (exit code 1), so that a stuck teardown is a
+    report, not a hang."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    interrupted = False
+    signalled = threading.Event()
     unwound = threading.Event()
 
     def on_signal(signum, frame):
-        nonlocal interrupted
-        if not interrupted:
+        if not signalled.is_set():
             # Beam may start a worker after this (a bundle was being scheduled), and its teardown
             # waits for every worker it started: a late one, which would wait for work forever
             # (a stress run of 40 interrupts hung once so), is ended too, until the run has unwound.
             threading.Thread(target=_end_workers_until, args=(unwound,), name="tokenmill-end-workers",
                              daemon=True).start()
-        interrupted = True
+            faulthandler.dump_traceback_later(UNWIND_DEADLINE_S, exit=True, file=sys.__stderr__)
+        signalled.set()
         end_workers()
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def hook(args):
-        if not interrupted:
+        if not signalled.wait(THREAD_FAILURE_GRACE_S):
             old_hook(args)
 
     old_int, old_term = signal.signal(signal.SIGINT, on_signal), signal.signal(signal.SIGTERM, on_signal)
@@ -298,9 +309,10 @@ def interruptible():
         yield
     finally:
         unwound.set()
+        faulthandler.cancel_dump_traceback_later()
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
-        if not interrupted:  # Beam's threads may still be failing after the run has unwound
+        if not signalled.is_set():  # Beam's threads may still be failing after the run has unwound
             threading.excepthook = old_hook
 
 
