@@ -436,6 +436,21 @@ def test_the_compiled_walk_is_built_and_in_use():
     assert walk.walk is accelerated.walk
 
 
+def test_a_compiled_module_built_against_another_version_is_not_used(monkeypatch):
+    """The compiled modules read their library's node structs, whose layout is compiled in: one
+    built against another lxml or selectolax than the running one is left for the Python path."""
+    from tokenmill.transforms.extract import tree, walk
+
+    loaded = walk.load_compiled("accelerated", "LXML_VERSION", lambda: walk.etree.LXML_VERSION)
+    if loaded is None:
+        pytest.skip("compiled walk not built")
+    assert walk.load_compiled("accelerated", "LXML_VERSION", lambda: (4, 0, 0, 0)) is None
+    if tree.lexbor_walk() is not None:
+        assert walk.load_compiled("lexbor_walk", "SELECTOLAX_VERSION", lambda: "0.0.1") is None
+    monkeypatch.setenv("TOKENMILL_PURE_PYTHON", "1")
+    assert walk.accelerated() is None and tree.lexbor_walk() is None
+
+
 def test_compiled_walk_gives_the_python_walks_pages():
     compiled = pytest.importorskip("tokenmill.transforms.extract.accelerated", reason="compiled walk not built")
     from tokenmill.transforms.extract.walk import Page, py_walk

@@ -15,7 +15,7 @@ from lxml import etree
 from tokenmill.transforms.deadline import check
 
 from .blocks import INLINE, Page
-from .walk import accelerated, walk
+from .walk import accelerated, load_compiled, walk
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
@@ -204,21 +204,23 @@ def body(root: etree._Element) -> etree._Element:
     return root
 
 
-def lexbor_walk():
-    """The compiled lexbor parse-and-walk (lexbor_walk.pyx) where setup.py built it against the
-    selectolax that is installed, else None (TOKENMILL_PURE_PYTHON=1: None)."""
-    if os.environ.get("TOKENMILL_PURE_PYTHON"):
-        return None
-    try:
-        import selectolax
-        import selectolax.lexbor
+def _global_lexbor() -> None:
+    # lexbor_walk calls lexbor's functions in selectolax's module: made visible to it.
+    import selectolax.lexbor
 
-        # lexbor_walk calls lexbor's functions in selectolax's module: made visible to it.
-        ctypes.CDLL(selectolax.lexbor.__file__, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
-        from . import lexbor_walk as module
-    except (ImportError, OSError):
-        return None
-    return module if module.SELECTOLAX_VERSION == selectolax.__version__ else None
+    ctypes.CDLL(selectolax.lexbor.__file__, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+
+
+def _selectolax_version() -> str:
+    import selectolax
+
+    return selectolax.__version__
+
+
+def lexbor_walk():
+    """lexbor_walk.pyx (``parse_and_walk``, ``most_open``) where built against the installed
+    selectolax, else None."""
+    return load_compiled("lexbor_walk", "SELECTOLAX_VERSION", _selectolax_version, before=_global_lexbor)
 
 
 _LEXBOR = lexbor_walk()

@@ -10,7 +10,9 @@ share their steps (page_walk.pxi); ``py_walk`` is the reference of all of them.
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 
 from lxml import etree
 
@@ -195,16 +197,25 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
     return pg
 
 
-def accelerated():
-    """The extractor's compiled module (accelerated.pyx: ``walk``, ``over_cap``) where setup.py
-    built it against the lxml that is running, else None (TOKENMILL_PURE_PYTHON=1: None)."""
+def load_compiled(name: str, built_against: str, running: Callable[[], str], before: Callable[[], None] | None = None):
+    """The extractor's compiled module ``name`` (built by setup.py) where it was built against
+    the library that is running (its ``built_against`` attribute equals ``running()``: the
+    node layouts it reads are compiled in), else None; TOKENMILL_PURE_PYTHON=1: None.
+    ``before``: what the module needs done before it loads."""
     if os.environ.get("TOKENMILL_PURE_PYTHON"):
         return None
     try:
-        from . import accelerated as module
-    except ImportError:
+        if before is not None:
+            before()
+        module = importlib.import_module(f"{__package__}.{name}")
+        return module if getattr(module, built_against) == running() else None
+    except (ImportError, OSError):
         return None
-    return module if module.LXML_VERSION == etree.LXML_VERSION else None
+
+
+def accelerated():
+    """accelerated.pyx (``walk``, ``over_cap``) where built against the running lxml, else None."""
+    return load_compiled("accelerated", "LXML_VERSION", lambda: etree.LXML_VERSION)
 
 
 _ACCELERATED = accelerated()
