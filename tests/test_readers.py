@@ -245,7 +245,12 @@ def test_tasks_cover_every_file_once_small_ones_in_runs(tmp_path):
     cfg = ReadConfig()
     tasks = write_input_list(files, str(tmp_path / "inputs.jsonl"), cfg)
     assert len(tasks) == (n + 1 + 1) // 2 and not any(t.split for t in tasks)
-    assert [f for t in tasks for f in files_in(t)] == files
+    by_path = lambda fs: sorted(fs, key=lambda f: f.path)  # noqa: E731
+    assert by_path(f for t in tasks for f in files_in(t)) == by_path(files)
+    # Biggest first (the local runner deals them to its workers in turn), ties in the list's order.
+    assert [t.nbytes for t in tasks] == sorted((t.nbytes for t in tasks), reverse=True)
+    assert [t.start for t in tasks if t.nbytes == tasks[-1].nbytes] == sorted(
+        t.start for t in tasks if t.nbytes == tasks[-1].nbytes)
     records = _tasks_records(tasks, cfg)
     assert sorted(r["text"] for r in records if not r["dropped_by"]) == sorted(f"page {i}" for i in range(n))
     assert [r["dropped_by"] for r in records if r["dropped_by"]] == ["read:empty_file"]
