@@ -77,29 +77,59 @@ def _norm(s: str) -> str:
     return " ".join(re.findall(r"\w+", s.lower()))
 
 
-def title_heading(pg: Page, title: str | None, kept: list[int]) -> int | None:
-    """Index of the block that repeats the page title (the article's headline), if any."""
+def title_heading(pg: Page, title: str | None, kept: list[int], before: int = -1) -> int | None:
+    """Index of the block that repeats the page title (the article's headline), if any: the
+    text of the node ``before`` the content (main_blocks' headline, not among ``kept``), else
+    the first heading of ``kept``."""
     if not title:
         return None
     t = _norm(title)
+    if before >= 0:
+        try:
+            j = pg.b_node.index(before)
+        except ValueError:  # a headline without text of its own
+            pass
+        else:
+            if _repeats(_norm(pg.b_text[j]), t):
+                return j
     for j in kept:
         if pg.tag[pg.b_node[j]] in HEADINGS:
-            h = _norm(pg.b_text[j])
-            # "<h1>Headline</h1>" vs "<title>Headline - Site name</title>"
-            if h and (
-                h == t
-                or t.startswith(h)
-                or t.endswith(h)
-                or (len(h) > 20 and h in t)
-                or (len(t) > 20 and t in h)
-            ):
-                return j
-            return None  # only the first heading of the content can be the headline
+            return j if _repeats(_norm(pg.b_text[j]), t) else None  # only the content's first heading
     return None
 
 
-def _attempt(pg: Page, strip_unlikely: bool, use_weights: bool, clean: bool, deadline: float) -> list[int]:
-    """The blocks (indices) of the main content under one setting of the filters."""
+def _repeats(h: str, t: str) -> bool:
+    """Whether a heading's words ``h`` repeat the title's ``t``: "<h1>Headline</h1>" vs
+    "<title>Headline - Site name</title>"."""
+    return bool(h) and (
+        h == t or t.startswith(h) or t.endswith(h) or (len(h) > 20 and h in t) or (len(t) > 20 and t in h)
+    )
+
+
+def _headline_before(pg: Page, ag: Aggregates, first: int, article: int) -> int:
+    """The article's headline before the content's first node ``first``, or -1: the last <h1>
+    before it (when it comes after the start of the <article> ``article`` around the content),
+    else, on a page with neither a usable <h1> nor such an <article>, the last <h2>. What lies
+    between the headline and the body is the lead (standfirst, teaser, intro), whatever boxes
+    the markup puts it in; trafilatura keeps it, Readability's choice of one node misses it."""
+    tags, excluded = pg.tag, ag.excluded
+    for i in range(first - 1, 0, -1):
+        if tags[i] == "h1":
+            if not excluded[i]:
+                return i if i > article else -1
+            break  # the site's logo in a banner: the page's own headline may be an <h2>
+    if article < 0:
+        for i in range(first - 1, 0, -1):
+            if tags[i] == "h2" and not excluded[i]:
+                return i
+    return -1
+
+
+def _attempt(
+    pg: Page, strip_unlikely: bool, use_weights: bool, clean: bool, deadline: float
+) -> tuple[list[int], int]:
+    """The blocks (indices) of the main content under one setting of the filters, and the
+    node of the headline the lead was counted from (-1: none)."""
     ag = Aggregates(pg, strip_unlikely)
     scores = score(pg, ag, use_weights, deadline)
     parent, chosen, best, lead = choose(pg, ag, scores)
@@ -111,9 +141,12 @@ def _attempt(pg: Page, strip_unlikely: bool, use_weights: bool, clean: bool, dea
         p = parents[i]
         inside[i] = i in chosen or (p >= 0 and inside[p])
     in_lead = [False] * n
+    first = min(chosen)
+    headline = _headline_before(pg, ag, first, lead)
+    if headline >= 0:
+        lead = headline
     if lead >= 0:
-        # Nodes inside the article that come before the first chosen node and do not contain it.
-        first = min(chosen)
+        # Nodes after the lead's start that come before the first chosen node and do not contain it.
         on_path = set(ancestors(pg, first))
         for i in range(lead + 1, first):
             if i not in on_path:
@@ -137,12 +170,15 @@ def _attempt(pg: Page, strip_unlikely: bool, use_weights: bool, clean: bool, dea
             out.append(j)
         elif node == parent and pg.b_len[j] > 80 and pg.b_link[j] < 0.25 * pg.b_len[j]:
             out.append(j)  # loose text between the chosen siblings
-    return out
+    return out, headline
 
 
-def main_blocks(pg: Page, deadline: float) -> list[int]:
+def main_blocks(pg: Page, deadline: float) -> tuple[list[int], int]:
+    """The blocks of the main content, and the node of the headline before it (-1: none; its
+    text is not among the blocks: a candidate for the title)."""
     best: list[int] = []
     best_len = -1
+    best_headline = -1
     # Readability's retries: each step trusts the page's markup less.
     for strip_unlikely, use_weights, clean in (
         (True, True, True),
@@ -150,15 +186,15 @@ def main_blocks(pg: Page, deadline: float) -> list[int]:
         (False, False, True),
         (False, False, False),
     ):
-        blocks = _attempt(pg, strip_unlikely, use_weights, clean, deadline)
+        blocks, headline = _attempt(pg, strip_unlikely, use_weights, clean, deadline)
         length = sum(pg.b_len[j] for j in blocks)
         # A looser setting must find much more text to be believed: a little more is only the
         # boilerplate it lets back in (on a page whose article is just short).
         if length > 2 * best_len:
-            best, best_len = blocks, length
+            best, best_len, best_headline = blocks, length, headline
         if best_len >= _CHAR_THRESHOLD:
             break
-    return best
+    return best, best_headline
 
 
 _SHORT_LINK_LINE = 40

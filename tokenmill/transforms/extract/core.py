@@ -83,8 +83,8 @@ def extract_html(
         if parsed is None:
             return Extracted(None, "no_text", encoding=encoding)
         title, pg = parsed
-        blocks = main_blocks(pg, deadline)
-        headline = title_heading(pg, title, blocks)
+        blocks, before = main_blocks(pg, deadline)
+        headline = title_heading(pg, title, blocks, before)
         if headline is not None:
             title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
             blocks = [j for j in blocks if j != headline]
