@@ -51,7 +51,10 @@ def _clean(
             continue
         if tag not in _CLEAN_TAGS and "-" not in tag:
             continue
-        if weight + scores.get(i, 0.0) < 0:
+        # A negative name drops a box unless its paragraphs outscore it. Its Readability score
+        # alone never does: for a list or a <header> that is only the tag's starting malus
+        # (Readability.js's clean conditionally tests the class weight alone, too).
+        if weight < 0 and weight + scores.get(i, 0.0) < 0:
             dropped[i] = True
             continue
         if ag.commas[i] >= 10:
@@ -151,6 +154,13 @@ def _attempt(
         for i in range(lead + 1, first):
             if i not in on_path:
                 inside[i] = in_lead[i] = True
+    # A <header> inside the content is the article's lead box (headline, standfirst, byline,
+    # date): from it, too, only subheadings and real paragraphs.
+    tags = pg.tag
+    if "header" in tags:
+        for i in range(first, n):
+            if inside[i] and (tags[i] == "header" or in_lead[parents[i]]):
+                in_lead[i] = True
     # The wrappers between the chosen nodes and the best candidate are part of the choice.
     keep = chosen | {best} | set(ancestors(pg, best))
     dropped = _clean(pg, ag, scores, chosen, keep, inside, use_weights) if clean else [False] * n
