@@ -30,9 +30,13 @@ class Extracted:
 
 def _nfc(text: str | None) -> str | None:
     """Composed Unicode (NFC): the same word is then the same code points whatever the page's
-    editor produced (decomposed accents and Bengali nukta are common)."""
-    if text and not text.isascii() and not unicodedata.is_normalized("NFC", text):
-        return unicodedata.normalize("NFC", text)
+    editor produced (decomposed accents and Bengali nukta are common). Soft hyphens go: they
+    are hyphenation hints, invisible on the page, and split the words they sit in ("auto\xadnome")."""
+    if text and not text.isascii():
+        if "\xad" in text:
+            text = text.replace("\xad", "")
+        if not unicodedata.is_normalized("NFC", text):
+            return unicodedata.normalize("NFC", text)
     return text
 
 
