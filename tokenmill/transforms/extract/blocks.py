@@ -13,13 +13,13 @@ import re
 JUNK = frozenset(
     """script style noscript template iframe frame frameset svg math canvas object embed applet video
     audio source track picture img map area button input select option optgroup textarea datalist output
-    progress meter dialog link meta base head search figcaption""".split()
+    progress meter dialog link meta base head search figcaption rt rp rtc""".split()
 )
 # Inline tags: they never break a line. Everything else (including unknown / custom elements,
 # which are nearly always containers) is a block.
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big blink cite code data del dfn em font i ins kbd label mark nobr q "
-    "rp rt rtc ruby s samp small span strike strong sub sup time tt u var wbr br".split()
+    "ruby s samp small span strike strong sub sup time tt u var wbr br".split()
 )
 HEADINGS = frozenset("h1 h2 h3 h4 h5 h6".split())
 CHROME_TAGS = frozenset("nav menu aside footer".split())
