@@ -208,19 +208,31 @@ def main_blocks(pg: Page, deadline: float) -> tuple[list[int], int]:
 
 
 _SHORT_LINK_LINE = 40
+_LINK_PARAGRAPH = 100  # a paragraph shorter than this, mostly (60%+) link and not a sentence
 _ESCAPED_TAG_RE = re.compile(r"^<[a-zA-Z/!][^<>]*>$")
 
 
 def polish(pg: Page, blocks: list[int]) -> list[int]:
     """Line-level clean-up of the chosen blocks: a short line that is all link ("Back to top",
-    "Comment", "Print") is a control, not text; a line that is one escaped tag ("&lt;img ...>"
-    in the page's text) is markup; headings left at the end introduced a list that has been
-    removed ("Related articles")."""
+    "Comment", "Print") is a control, not text; a paragraph of its own that is mostly one link
+    and does not end a sentence is a cross-reference ("Read more: <headline>", "Related:
+    <headline>", a bare URL, "Source: <link>"), like trafilatura's link density test of a <p>
+    (list items and table cells are judged with their list or table, by _clean); a line that
+    is one escaped tag ("&lt;img ...>" in the page's text) is markup; headings left at the end
+    introduced a list that has been removed ("Related articles")."""
+    memo: dict[int, int] = {}
+    b_len, b_link, b_text = pg.b_len, pg.b_link, pg.b_text
     out = [
         j
         for j in blocks
-        if not (pg.b_len[j] < _SHORT_LINK_LINE and pg.b_link[j] >= 0.9 * pg.b_len[j])
-        and not _ESCAPED_TAG_RE.match(pg.b_text[j])
+        if not (b_len[j] < _SHORT_LINK_LINE and b_link[j] >= 0.9 * b_len[j])
+        and not (
+            b_len[j] < _LINK_PARAGRAPH
+            and b_link[j] >= 0.6 * b_len[j]
+            and not b_text[j].endswith(".")
+            and _line_group(pg, pg.b_node[j], memo) < 0
+        )
+        and not _ESCAPED_TAG_RE.match(b_text[j])
     ]
     while out and pg.tag[pg.b_node[out[-1]]] in HEADINGS:
         out.pop()
