@@ -180,7 +180,24 @@ def _attempt(
             out.append(j)
         elif node == parent and pg.b_len[j] > 80 and pg.b_link[j] < 0.25 * pg.b_len[j]:
             out.append(j)  # loose text between the chosen siblings
-    return out, headline
+    return _drop_empty_lead_headings(pg, out, in_lead), headline
+
+
+def _drop_empty_lead_headings(pg: Page, out: list[int], in_lead: list[bool]) -> list[int]:
+    """A lead heading followed by another heading of its rank or higher (or by nothing) heads
+    nothing of its own: the label of a box whose links are gone ("Tools & Resources", "Quick
+    links"), not a subheading of the article."""
+    tags, b_node = pg.tag, pg.b_node
+    keep = []
+    last = len(out) - 1
+    for k, j in enumerate(out):
+        tag = tags[b_node[j]]
+        if in_lead[b_node[j]] and tag in HEADINGS:
+            nxt = tags[b_node[out[k + 1]]] if k < last else ""
+            if k == last or (nxt in HEADINGS and nxt <= tag):  # "h1" < "h2": higher rank
+                continue
+        keep.append(j)
+    return keep
 
 
 def main_blocks(pg: Page, deadline: float) -> tuple[list[int], int]:
