@@ -116,16 +116,29 @@ def _headline_before(pg: Page, ag: Aggregates, first: int, article: int) -> int:
     between the headline and the body is the lead (standfirst, teaser, intro), whatever boxes
     the markup puts it in; trafilatura keeps it, Readability's choice of one node misses it."""
     tags, excluded = pg.tag, ag.excluded
-    for i in range(first - 1, 0, -1):
-        if tags[i] == "h1":
-            if not excluded[i]:
-                return i if i > article else -1
-            break  # the site's logo in a banner: the page's own headline may be an <h2>
+    i = _last_before(tags, "h1", first)
+    if i > 0:
+        if not excluded[i]:
+            return i if i > article else -1
+        # else the site's logo in a banner: the page's own headline may be an <h2>
     if article < 0:
-        for i in range(first - 1, 0, -1):
-            if tags[i] == "h2" and not excluded[i]:
-                return i
+        i = _last_before(tags, "h2", first)
+        while i > 0 and excluded[i]:
+            i = _last_before(tags, "h2", i)
+        if i > 0:
+            return i
     return -1
+
+
+def _last_before(tags: list[str], tag: str, end: int) -> int:
+    """The last index before ``end`` whose tag is ``tag``, or -1 (a reversed copy searched in C:
+    the content may start thousands of nodes into the page)."""
+    if end <= 0:
+        return -1
+    try:
+        return end - 1 - tags[end - 1 :: -1].index(tag)
+    except ValueError:
+        return -1
 
 
 def _attempt(
@@ -156,11 +169,18 @@ def _attempt(
                 inside[i] = in_lead[i] = True
     # A <header> inside the content is the article's lead box (headline, standfirst, byline,
     # date): from it, too, only subheadings and real paragraphs.
-    tags = pg.tag
-    if "header" in tags:
-        for i in range(first, n):
-            if inside[i] and (tags[i] == "header" or in_lead[parents[i]]):
-                in_lead[i] = True
+    tags, ends = pg.tag, pg.end
+    has_lead = lead >= 0 and lead + 1 < first
+    i = first - 1
+    while True:
+        try:
+            i = tags.index("header", i + 1)
+        except ValueError:
+            break
+        if inside[i]:  # its subtree is the nodes up to its end
+            has_lead = True
+            for k in range(i, ends[i] + 1):
+                in_lead[k] = True
     # The wrappers between the chosen nodes and the best candidate are part of the choice.
     keep = chosen | {best} | set(ancestors(pg, best))
     dropped = _clean(pg, ag, scores, chosen, keep, inside, use_weights) if clean else [False] * n
@@ -180,7 +200,7 @@ def _attempt(
             out.append(j)
         elif node == parent and pg.b_len[j] > 80 and pg.b_link[j] < 0.25 * pg.b_len[j]:
             out.append(j)  # loose text between the chosen siblings
-    return _drop_empty_lead_headings(pg, out, in_lead), headline
+    return (_drop_empty_lead_headings(pg, out, in_lead) if has_lead else out), headline
 
 
 def _drop_empty_lead_headings(pg: Page, out: list[int], in_lead: list[bool]) -> list[int]:
