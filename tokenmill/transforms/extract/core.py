@@ -3,12 +3,14 @@ page under one deadline, and turns every failure into a reason."""
 
 from __future__ import annotations
 
+import re
 import time
 import unicodedata
 from dataclasses import dataclass
 
 from tokenmill.transforms.deadline import Timeout, check
 
+from .blocks import Page
 from .content import assemble, main_blocks, polish, title_heading
 from .decode import decode_page
 from .sniff import looks_binary, looks_binary_text
@@ -38,6 +40,28 @@ def _nfc(text: str | None) -> str | None:
         if not unicodedata.is_normalized("NFC", text):
             return unicodedata.normalize("NFC", text)
     return text
+
+
+_NOSCRIPT_RE = re.compile(r"<noscript\b[^>]*>(.*?)</noscript\s*>", re.I | re.S)
+_NOSCRIPT_MIN = 200  # characters of main text the fallback must find to be believed
+
+
+def _noscript_fallback(text: str, deadline: float) -> tuple[Page, list[int]] | None:
+    """The main text of the page's <noscript> content, for a page whose own text is empty: a
+    page that writes its body with a script (Blogger's, for one) gives readers without
+    scripts the same body in <noscript>. Elsewhere <noscript> stays junk (tracking pixels,
+    "please enable JavaScript"); here too only a real text (200+ characters) is believed."""
+    inner = [m.group(1) for m in _NOSCRIPT_RE.finditer(text)]
+    if sum(map(len, inner)) < _NOSCRIPT_MIN:
+        return None
+    parsed = parse_page("<html><body>" + "\n".join(inner) + "</body></html>", deadline)
+    if parsed is None:
+        return None
+    pg = parsed[1]
+    blocks = polish(pg, main_blocks(pg, deadline)[0])
+    if sum(pg.b_len[j] for j in blocks) < _NOSCRIPT_MIN:
+        return None
+    return pg, blocks
 
 
 def extract_html(
@@ -93,6 +117,8 @@ def extract_html(
             title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
             blocks = [j for j in blocks if j != headline]
         blocks = polish(pg, blocks)
+        if not blocks:
+            pg, blocks = _noscript_fallback(text, deadline) or (pg, blocks)
         if not blocks and not (include_title and title):
             return Extracted(None, "no_text", title=title, encoding=encoding)
         text = assemble(pg, blocks, title if include_title else None)
