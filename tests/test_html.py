@@ -149,6 +149,61 @@ def test_hidden_elements_are_dropped():
     assert "HIDDEN_STYLE" not in r.text and "HIDDEN_ATTR" not in r.text and "SR_ONLY" not in r.text
 
 
+
+BODY = "".join(
+    f"<p>Body paragraph {i}, long enough, with commas, words and more words, to be the content.</p>"
+    for i in range(6)
+)
+LEAD = "The lead paragraph says in two sentences what the article is about. It sits in a box of its own."
+
+
+def test_the_lead_between_the_headline_and_the_body_is_kept():
+    # No <article>: the lead sits in a teaser box between the <h1> and the body's wrapper.
+    html = f"""<html><head><title>The headline - Site</title></head><body>
+      <div class="top"><h1>The headline</h1><div class="intro"><p>{LEAD}</p></div>
+      <p class="byline">By A. Writer</p></div>
+      <div class="main-col"><div class="story">{BODY}</div></div></body></html>"""
+    r = extract_html(html)
+    assert r.title == "The headline"  # the headline before the content is the title
+    out = lines(r)
+    assert out[0] == LEAD and "By A. Writer" not in r.text and "The headline" not in r.text
+
+
+def test_a_short_paragraph_that_is_mostly_a_link_is_a_cross_reference():
+    html = f"""<html><body><div class="story">{BODY}
+      <p>Read more: <a href="/other">Another story about something else entirely</a></p>
+      <p><a href="/x">A sentence whose words are a link, which ends as sentences do.</a></p>
+      <ul><li><a href="/a">A list item that is a link stays with its list</a></li>
+      <li>and a second item of the same list, long enough</li></ul>
+    </div></body></html>"""
+    text = extract_html(html).text
+    assert "Read more" not in text
+    assert "A sentence whose words are a link" in text
+    assert "A list item that is a link" in text
+
+
+def test_noscript_is_the_fallback_of_a_page_without_text():
+    body = BODY.replace("Body paragraph", "Script-written paragraph")
+    html = f"""<html><body><div id="post"><script>document.write("...")</script>
+      <noscript>{body}</noscript></div></body></html>"""
+    assert "Script-written paragraph 3" in extract_html(html).text
+    html = "<html><body><noscript>Please enable JavaScript to view this page.</noscript></body></html>"
+    assert extract_html(html).reason == "no_text"  # too little to be believed
+    html = f"<html><body><div>{BODY}</div><noscript>NOSCRIPT_TEXT, long enough? {BODY}</noscript></body></html>"
+    assert "NOSCRIPT_TEXT" not in extract_html(html).text  # only where the page has no text
+
+
+def test_soft_hyphens_and_ruby_annotations_leave_the_text():
+    html = (
+        "<html><body><div><p>Ein Wort mit wei\u00adchen Trenn\u00adstrichen in einem langen Satz, "
+        "der lang genug ist.</p><p><ruby>子<rp>(</rp><rt>こ</rt><rp>)</rp></ruby>どもへの"
+        "虐待をなくすための法律ができて、親が子どもを教育するために、たたいてはいけないことになりました。</p></div></body></html>"
+    )
+    text = extract_html(html).text
+    assert "weichen Trennstrichen" in text and "\u00ad" not in text
+    assert "子どもへの虐待" in text and "こ" not in text.split("子")[1][:1]
+
+
 # --------------------------------------------------------------------------- encodings
 
 FRENCH = "Le café crème était très «bon», naïve façade; déjà vu à la fenêtre — où est l’œuvre?"
