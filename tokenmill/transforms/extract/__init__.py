@@ -24,11 +24,14 @@ How it works, and why this way (bench/MEASUREMENTS.md: HTML extraction):
    link-text share). Everything afterwards works on these flat lists.
 4. Choose the main content like Readability does: paragraphs score their ancestors (length,
    commas), scores are damped by link density and by class/id name hints, the best node is
-   widened to ancestors and siblings that look like article text (and to the lead and
-   subheadings of its <article>), and inside it, link-heavy or negatively named boxes are
-   removed. If that yields too little text, retry with fewer filters. Class names are "hard"
-   (comments, cookie banners, share bars: always out) or "soft" (sidebar, nav, ad: out unless
-   the box holds real prose, since layout wrappers are often named so).
+   widened to ancestors and siblings that look like article text (and to the lead: the real
+   paragraphs and subheadings between the headline, or the start of its <article>, and the
+   body), and inside it, link-heavy or negatively named boxes are removed. If that yields too
+   little text, retry with fewer filters. Class names are "hard" (comments, cookie banners,
+   share bars: always out) or "soft" (sidebar, nav, ad: out unless the box holds real prose,
+   since layout wrappers are often named so). Last, line-level polish: short link lines and
+   cross-references ("Read more: <headline>") go. A page left without text falls back on its
+   <noscript> content (pages that write their body with a script).
 
 The core is pure functions; no signals (Beam runs DoFns in threads): a cooperative deadline is
 checked while walking and scoring.
