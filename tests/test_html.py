@@ -149,7 +149,6 @@ def test_hidden_elements_are_dropped():
     assert "HIDDEN_STYLE" not in r.text and "HIDDEN_ATTR" not in r.text and "SR_ONLY" not in r.text
 
 
-
 BODY = "".join(
     f"<p>Body paragraph {i}, long enough, with commas, words and more words, to be the content.</p>"
     for i in range(6)
@@ -189,7 +188,9 @@ def test_noscript_is_the_fallback_of_a_page_without_text():
     assert "Script-written paragraph 3" in extract_html(html).text
     html = "<html><body><noscript>Please enable JavaScript to view this page.</noscript></body></html>"
     assert extract_html(html).reason == "no_text"  # too little to be believed
-    html = f"<html><body><div>{BODY}</div><noscript>NOSCRIPT_TEXT, long enough? {BODY}</noscript></body></html>"
+    html = (
+        f"<html><body><div>{BODY}</div><noscript>NOSCRIPT_TEXT, long enough? {BODY}</noscript></body></html>"
+    )
     assert "NOSCRIPT_TEXT" not in extract_html(html).text  # only where the page has no text
 
 
