@@ -192,6 +192,20 @@ def test_noscript_is_the_fallback_of_a_page_without_text():
         f"<html><body><div>{BODY}</div><noscript>NOSCRIPT_TEXT, long enough? {BODY}</noscript></body></html>"
     )
     assert "NOSCRIPT_TEXT" not in extract_html(html).text  # only where the page has no text
+    assert "Script-written paragraph 3" in extract_html(f"<html><body><NOSCRIPT class=x>{body}</NoScript ></body></html>").text
+    from tokenmill.transforms.extract.core import _noscript_contents
+
+    assert _noscript_contents("<NoScript>a</noscript><noscripts>b</noscripts><noscript\n>c</noscript><noscript>d") == ["a", "c"]
+
+
+@pytest.mark.parametrize("tags", ["<noscript>" * 100_000, "<noscript></noscript>" * 50_000,
+                                  "<noscript>" + "</noscript>" * 100_000])
+def test_the_noscript_fallback_reads_a_page_once(tags):
+    """A page without text whose <noscript> tags never close (or are many) is read in one pass:
+    a lazy pattern scanned to the end again from each one (16,000 of them: 24 s)."""
+    t0 = time.process_time()
+    assert extract_html(f"<html><body>{tags}</body></html>").reason == "no_text"
+    assert time.process_time() - t0 < 3
 
 
 def test_soft_hyphens_and_ruby_annotations_leave_the_text():

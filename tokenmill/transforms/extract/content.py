@@ -177,10 +177,11 @@ def _attempt(
             i = tags.index("header", i + 1)
         except ValueError:
             break
-        if inside[i]:  # its subtree is the nodes up to its end
+        if inside[i]:  # its subtree is the nodes up to its end (a <header> in it: marked too)
             has_lead = True
             for k in range(i, ends[i] + 1):
                 in_lead[k] = True
+            i = ends[i]
     # The wrappers between the chosen nodes and the best candidate are part of the choice.
     keep = chosen | {best} | set(ancestors(pg, best))
     dropped = _clean(pg, ag, scores, chosen, keep, inside, use_weights) if clean else [False] * n

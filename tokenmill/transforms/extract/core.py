@@ -3,7 +3,6 @@ page under one deadline, and turns every failure into a reason."""
 
 from __future__ import annotations
 
-import re
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -42,8 +41,26 @@ def _nfc(text: str | None) -> str | None:
     return text
 
 
-_NOSCRIPT_RE = re.compile(r"<noscript\b[^>]*>(.*?)</noscript\s*>", re.I | re.S)
 _NOSCRIPT_MIN = 200  # characters of main text the fallback must find to be believed
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _noscript_contents(text: str) -> list[str]:
+    """What each <noscript>...</noscript> of ``text`` holds, in one pass (a pattern's lazy
+    match would scan to the end again from every unclosed <noscript>: quadratic)."""
+    low = text.translate(_ASCII_LOWER)  # the offsets stay those of ``text``
+    out, i = [], 0
+    while (i := low.find("<noscript", i)) >= 0:
+        gt = low.find(">", i + 9)
+        if gt < 0:
+            break
+        end = low.find("</noscript", gt + 1)
+        if end < 0:  # unclosed: nothing later is closed either
+            break
+        if low[i + 9] in " \t\n\r\f/>":  # the whole name, not <noscripts>
+            out.append(text[gt + 1:end])
+        i = end + 10
+    return out
 
 
 def _noscript_fallback(text: str, deadline: float) -> tuple[Page, list[int]] | None:
@@ -51,7 +68,7 @@ def _noscript_fallback(text: str, deadline: float) -> tuple[Page, list[int]] | N
     page that writes its body with a script (Blogger's, for one) gives readers without
     scripts the same body in <noscript>. Elsewhere <noscript> stays junk (tracking pixels,
     "please enable JavaScript"); here too only a real text (200+ characters) is believed."""
-    inner = [m.group(1) for m in _NOSCRIPT_RE.finditer(text)]
+    inner = _noscript_contents(text)
     if sum(map(len, inner)) < _NOSCRIPT_MIN:
         return None
     parsed = parse_page("<html><body>" + "\n".join(inner) + "</body></html>", deadline)
