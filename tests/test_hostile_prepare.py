@@ -359,18 +359,23 @@ def fail():
     raise RuntimeError("Worker subprocess exited with return code -15")
 try:
     with launch.interruptible():
-        threading.Thread(target=fail, name="run_worker").start()
+        threading.Thread(target=fail, name="run_worker", daemon=True).start()
         time.sleep(0.3)
         if sys.argv[1] == "signal":
             os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(2)
+        if sys.argv[1] != "exit":
+            time.sleep(2)
 except KeyboardInterrupt as e:
     print(type(e).__name__)
+sys.stderr.flush()
+os._exit(0)  # as a Beam verb ends: a thread still waiting would never print
 """
     quiet = subprocess.run([sys.executable, "-c", code, "signal"], capture_output=True, text=True, timeout=60)
     assert quiet.stdout.split() == ["Terminated"] and quiet.stderr == "", quiet.stderr
-    loud = subprocess.run([sys.executable, "-c", code, "none"], capture_output=True, text=True, timeout=60)
-    assert loud.stdout == "" and "Exception in thread run_worker" in loud.stderr and "return code -15" in loud.stderr
+    for mode in ("none", "exit"):  # no signal: printed, also where the run ends before the grace
+        loud = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60)
+        assert loud.stdout == "" and "Exception in thread run_worker" in loud.stderr, (mode, loud.stderr)
+        assert "return code -15" in loud.stderr
 
 
 def test_an_interrupted_run_that_cannot_unwind_ends_with_every_threads_stack():

@@ -195,7 +195,12 @@ def test_noscript_is_the_fallback_of_a_page_without_text():
     assert "Script-written paragraph 3" in extract_html(f"<html><body><NOSCRIPT class=x>{body}</NoScript ></body></html>").text
     from tokenmill.transforms.extract.core import _noscript_contents
 
-    assert _noscript_contents("<NoScript>a</noscript><noscripts>b</noscripts><noscript\n>c</noscript><noscript>d") == ["a", "c"]
+    got = _noscript_contents("<NoScript>a</noscript><noscripts>b<noscript\n>c</noscript><noscript>d")
+    assert got == ["a", "c"]  # <noscripts> is no <noscript>; the last one never closes
+    # The fallback's page gets the same headline step as any: the <h1> that repeats the title.
+    html = f"<html><head><title>My Post - Blog</title></head><body><noscript><h1>My Post</h1>{body}</noscript></body></html>"
+    got = extract_html(html)
+    assert got.title == "My Post" and got.text.startswith("Script-written paragraph 0")
 
 
 @pytest.mark.parametrize("tags", ["<noscript>" * 100_000, "<noscript></noscript>" * 50_000,
@@ -217,6 +222,40 @@ def test_soft_hyphens_and_ruby_annotations_leave_the_text():
     text = extract_html(html).text
     assert "weichen Trennstrichen" in text and "\u00ad" not in text
     assert "子どもへの虐待" in text and "こ" not in text.split("子")[1][:1]
+    text = extract_html(html.replace("<ruby>子", "<ruby><rb>子</rb>")).text  # the base text's own tag
+    assert "子どもへの虐待" in text
+
+
+def test_a_header_that_is_the_content_is_not_read_as_its_lead():
+    """A site may call its body a <header>: chosen as the content, its short paragraphs stay
+    (the lead's rule keeps only long ones, for a <header> inside the content)."""
+    paras = "".join(f"<p>Short para {i}, with commas, and words.</p>" for i in range(12))
+    text = extract_html(f'<html><body><div class="nav">x</div><header class="entry">{paras}</header>'
+                        "<footer>f</footer></body></html>").text
+    assert text is not None and all(f"Short para {i}," in text for i in range(12))
+
+
+def test_a_link_paragraph_that_ends_with_a_full_stop_stays():
+    """The cross-reference rule drops a short link paragraph that is not a sentence (a headline
+    ends without a full stop, or with "?" or "!"); one ending in a full stop of any script, a
+    closing quote after it, stays."""
+    kept = ("这是一个很重要的问题，大家都在讨论它的答案，我们也应该认真地想一想这个问题的答案到底是什么。",
+            'He said it was the best thing they could ever do, and then he left."')
+    dropped = ("Read more: The headline of another story", "Is this the question everyone asks about it?")
+    for last in kept + dropped:
+        html = f"<html><body><div>{BODY}<p><a href='/x'>{last}</a></p>{BODY}</div></body></html>"
+        assert (last in extract_html(html).text) == (last in kept), last
+
+
+@pytest.mark.parametrize("n", [64_000])
+def test_many_headings_before_the_content_are_looked_through_once(n):
+    """The lead's headline is the last usable <h2> before the content where there is no <h1>:
+    excluded ones (in a sidebar) are skipped in one backward pass, not one pass each."""
+    html = (f'<html><body><div class="sidebar">{"<h2>x</h2>" * n}</div><div class="story">{BODY}</div>'
+            "</body></html>")
+    t0 = time.process_time()
+    assert "Body paragraph 5" in extract_html(html, timeout_s=30).text
+    assert time.process_time() - t0 < 3
 
 
 # --------------------------------------------------------------------------- encodings

@@ -16,6 +16,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from urllib.parse import urlparse
 
 from apache_beam.options.pipeline_options import (
@@ -275,7 +276,8 @@ def interruptible():
     exceptions are not printed, for the rest of the process. A signal to the process group reaches
     the workers too, and the threads that watch them can fail before the main thread has run
     the handler (CI: "Exception in thread run_worker" after SIGTERM to the group): a thread's
-    exception waits up to THREAD_FAILURE_GRACE_S for the interrupt before it is printed.
+    exception waits up to THREAD_FAILURE_GRACE_S for the interrupt before it is printed (no
+    longer than the run: one that unwinds without a signal prints it before it goes on).
     SIGTERM raises Terminated, a KeyboardInterrupt. Once interrupted, the run has UNWIND_DEADLINE_S
     to unwind: past it, faulthandler (a C thread: it needs no lock of Python's) writes every
     thread's stack to stderr and ends the process (exit code 1), so that a stuck teardown is a
@@ -298,9 +300,19 @@ def interruptible():
         end_workers()
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    waiting: list[threading.Event] = []  # the thread failures that wait for a signal
+
     def hook(args):
-        if not signalled.wait(THREAD_FAILURE_GRACE_S):
-            old_hook(args)
+        done = threading.Event()
+        waiting.append(done)
+        give_up = time.monotonic() + THREAD_FAILURE_GRACE_S
+        try:
+            while not signalled.wait(0.05):
+                if unwound.is_set() or time.monotonic() >= give_up:  # none came: it is news
+                    old_hook(args)
+                    return
+        finally:
+            done.set()
 
     old_int, old_term = signal.signal(signal.SIGINT, on_signal), signal.signal(signal.SIGTERM, on_signal)
     old_hook = threading.excepthook
@@ -309,11 +321,14 @@ def interruptible():
         yield
     finally:
         unwound.set()
-        faulthandler.cancel_dump_traceback_later()
+        if signalled.is_set():
+            faulthandler.cancel_dump_traceback_later()
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
         if not signalled.is_set():  # Beam's threads may still be failing after the run has unwound
             threading.excepthook = old_hook
+            for done in list(waiting):  # a failure that waited is printed before the run's own line
+                done.wait(1.0)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ JUNK = frozenset(
 # which are nearly always containers) is a block.
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big blink cite code data del dfn em font i ins kbd label mark nobr q "
-    "ruby s samp small span strike strong sub sup time tt u var wbr br".split()
+    "rb rbc ruby s samp small span strike strong sub sup time tt u var wbr br".split()
 )
 HEADINGS = frozenset("h1 h2 h3 h4 h5 h6".split())
 CHROME_TAGS = frozenset("nav menu aside footer".split())

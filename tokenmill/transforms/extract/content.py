@@ -116,29 +116,28 @@ def _headline_before(pg: Page, ag: Aggregates, first: int, article: int) -> int:
     between the headline and the body is the lead (standfirst, teaser, intro), whatever boxes
     the markup puts it in; trafilatura keeps it, Readability's choice of one node misses it."""
     tags, excluded = pg.tag, ag.excluded
-    i = _last_before(tags, "h1", first)
+    # One reversed copy of the nodes before the content, searched in C (the content may start
+    # thousands of nodes into the page); each search goes on from the last, so all are linear.
+    before = tags[first - 1 :: -1] if first > 0 else []
+
+    def last(tag: str, after: int = 0) -> int:  # the last ``tag`` node before the content's
+        try:  # first, skipping ``after`` nodes back from it; -1: none
+            return first - 1 - before.index(tag, after)
+        except ValueError:
+            return -1
+
+    i = last("h1")
     if i > 0:
         if not excluded[i]:
             return i if i > article else -1
         # else the site's logo in a banner: the page's own headline may be an <h2>
     if article < 0:
-        i = _last_before(tags, "h2", first)
+        i = last("h2")
         while i > 0 and excluded[i]:
-            i = _last_before(tags, "h2", i)
+            i = last("h2", first - i)
         if i > 0:
             return i
     return -1
-
-
-def _last_before(tags: list[str], tag: str, end: int) -> int:
-    """The last index before ``end`` whose tag is ``tag``, or -1 (a reversed copy searched in C:
-    the content may start thousands of nodes into the page)."""
-    if end <= 0:
-        return -1
-    try:
-        return end - 1 - tags[end - 1 :: -1].index(tag)
-    except ValueError:
-        return -1
 
 
 def _attempt(
@@ -167,8 +166,11 @@ def _attempt(
         for i in range(lead + 1, first):
             if i not in on_path:
                 inside[i] = in_lead[i] = True
+    # The wrappers between the chosen nodes and the best candidate are part of the choice.
+    keep = chosen | {best} | set(ancestors(pg, best))
     # A <header> inside the content is the article's lead box (headline, standfirst, byline,
-    # date): from it, too, only subheadings and real paragraphs.
+    # date): from it, too, only subheadings and real paragraphs. Not one that is the content
+    # itself (chosen, or around the best candidate): a site may call its body a <header>.
     tags, ends = pg.tag, pg.end
     has_lead = lead >= 0 and lead + 1 < first
     i = first - 1
@@ -177,13 +179,11 @@ def _attempt(
             i = tags.index("header", i + 1)
         except ValueError:
             break
-        if inside[i]:  # its subtree is the nodes up to its end (a <header> in it: marked too)
+        if inside[i] and i not in keep:  # its subtree: the nodes up to its end (<header>s in it too)
             has_lead = True
             for k in range(i, ends[i] + 1):
                 in_lead[k] = True
             i = ends[i]
-    # The wrappers between the chosen nodes and the best candidate are part of the choice.
-    keep = chosen | {best} | set(ancestors(pg, best))
     dropped = _clean(pg, ag, scores, chosen, keep, inside, use_weights) if clean else [False] * n
     excluded = ag.excluded
     out = []
@@ -248,12 +248,21 @@ def main_blocks(pg: Page, deadline: float) -> tuple[list[int], int]:
 _SHORT_LINK_LINE = 40
 _LINK_PARAGRAPH = 100  # a paragraph shorter than this, mostly (60%+) link and not a sentence
 _ESCAPED_TAG_RE = re.compile(r"^<[a-zA-Z/!][^<>]*>$")
+# Full stops (Latin, CJK ideographic and fullwidth, Devanagari danda, Arabic, Ethiopic): a
+# cross-reference links to a headline, which ends without one (or with "?" or "!": measured,
+# counting those as sentence ends let cross-references back in: trafilatura set F1 -0.0007).
+_FULL_STOPS = (".", "\u3002", "\uff0e", "\uff61", "\u0964", "\u06d4", "\u1362")
+_CLOSERS = "\"'\u2019\u201d\u00bb)]\u300d\u300f\uff09 "  # quotes and brackets after a full stop
+
+
+def _ends_sentence(text: str) -> bool:
+    return text.rstrip(_CLOSERS).endswith(_FULL_STOPS)
 
 
 def polish(pg: Page, blocks: list[int]) -> list[int]:
     """Line-level clean-up of the chosen blocks: a short line that is all link ("Back to top",
-    "Comment", "Print") is a control, not text; a paragraph of its own that is mostly one link
-    and does not end a sentence is a cross-reference ("Read more: <headline>", "Related:
+    "Comment", "Print") is a control, not text; a short paragraph of its own that is mostly
+    (60%+) link text and does not end with a full stop is a cross-reference ("Read more: <headline>", "Related:
     <headline>", a bare URL, "Source: <link>"), like trafilatura's link density test of a <p>
     (list items and table cells are judged with their list or table, by _clean); a line that
     is one escaped tag ("&lt;img ...>" in the page's text) is markup; headings left at the end
@@ -267,7 +276,7 @@ def polish(pg: Page, blocks: list[int]) -> list[int]:
         and not (
             b_len[j] < _LINK_PARAGRAPH
             and b_link[j] >= 0.6 * b_len[j]
-            and not b_text[j].endswith(".")
+            and not _ends_sentence(b_text[j])
             and _line_group(pg, pg.b_node[j], memo) < 0
         )
         and not _ESCAPED_TAG_RE.match(b_text[j])

@@ -32,7 +32,9 @@ class Extracted:
 def _nfc(text: str | None) -> str | None:
     """Composed Unicode (NFC): the same word is then the same code points whatever the page's
     editor produced (decomposed accents and Bengali nukta are common). Soft hyphens go: they
-    are hyphenation hints, invisible on the page, and split the words they sit in ("auto\xadnome")."""
+    are hyphenation hints, invisible on the page, and split the words they sit in ("auto\xadnome").
+    (The normalize stage removes them too, with the zero-width characters; extract_html's text
+    is also used without it, and the zero-width ones are kept here: they join in some scripts.)"""
     if text and not text.isascii():
         if "\xad" in text:
             text = text.replace("\xad", "")
@@ -51,19 +53,32 @@ def _noscript_contents(text: str) -> list[str]:
     low = text.translate(_ASCII_LOWER)  # the offsets stay those of ``text``
     out, i = [], 0
     while (i := low.find("<noscript", i)) >= 0:
+        if low[i + 9 : i + 10] not in (" ", "\t", "\n", "\r", "\f", "/", ">"):  # not the name (<noscripts>)
+            i += 9
+            continue
         gt = low.find(">", i + 9)
         if gt < 0:
             break
         end = low.find("</noscript", gt + 1)
         if end < 0:  # unclosed: nothing later is closed either
             break
-        if low[i + 9] in " \t\n\r\f/>":  # the whole name, not <noscripts>
-            out.append(text[gt + 1:end])
+        out.append(text[gt + 1:end])
         i = end + 10
     return out
 
 
-def _noscript_fallback(text: str, deadline: float) -> tuple[Page, list[int]] | None:
+def _content(pg: Page, title: str | None, deadline: float) -> tuple[list[int], str | None]:
+    """The page's main content (blocks) and its title: the headline where one repeats the
+    <title> (cleaner than it; left out of the blocks, as metadata)."""
+    blocks, before = main_blocks(pg, deadline)
+    headline = title_heading(pg, title, blocks, before)
+    if headline is not None:
+        title = pg.b_text[headline].replace("\n", " ")
+        blocks = [j for j in blocks if j != headline]
+    return polish(pg, blocks), title
+
+
+def _noscript_fallback(text: str, title: str | None, deadline: float) -> tuple[Page, list[int], str | None] | None:
     """The main text of the page's <noscript> content, for a page whose own text is empty: a
     page that writes its body with a script (Blogger's, for one) gives readers without
     scripts the same body in <noscript>. Elsewhere <noscript> stays junk (tracking pixels,
@@ -75,10 +90,10 @@ def _noscript_fallback(text: str, deadline: float) -> tuple[Page, list[int]] | N
     if parsed is None:
         return None
     pg = parsed[1]
-    blocks = polish(pg, main_blocks(pg, deadline)[0])
+    blocks, title = _content(pg, title, deadline)
     if sum(pg.b_len[j] for j in blocks) < _NOSCRIPT_MIN:
         return None
-    return pg, blocks
+    return pg, blocks, title
 
 
 def extract_html(
@@ -128,14 +143,9 @@ def extract_html(
         if parsed is None:
             return Extracted(None, "no_text", encoding=encoding)
         title, pg = parsed
-        blocks, before = main_blocks(pg, deadline)
-        headline = title_heading(pg, title, blocks, before)
-        if headline is not None:
-            title = pg.b_text[headline].replace("\n", " ")  # the headline is cleaner than <title>
-            blocks = [j for j in blocks if j != headline]
-        blocks = polish(pg, blocks)
+        blocks, title = _content(pg, title, deadline)
         if not blocks:
-            pg, blocks = _noscript_fallback(text, deadline) or (pg, blocks)
+            pg, blocks, title = _noscript_fallback(text, title, deadline) or (pg, blocks, title)
         if not blocks and not (include_title and title):
             return Extracted(None, "no_text", title=title, encoding=encoding)
         text = assemble(pg, blocks, title if include_title else None)
