@@ -185,11 +185,8 @@ def over_cap(const unsigned char[:] data, Py_ssize_t max_attrs):
                     k += 1
                 if k < n and (data[k] == 34 or data[k] == 39):
                     q = data[k]
-                    k += 1
-                    while k < n and data[k] != q:
-                        k += 1
-                    if k < n:
-                        k += 1
+                    hit = <const unsigned char*>memchr(base + k + 1, q, n - k - 1)  # most of a tag's bytes
+                    k = n if hit is NULL else hit - base + 1
                     j = k
                 elif k < n and not _ws(data[k]) and data[k] != 62:
                     while k < n and not _ws(data[k]) and data[k] != 62:
