@@ -262,11 +262,11 @@ def _ends_sentence(text: str) -> bool:
 def polish(pg: Page, blocks: list[int]) -> list[int]:
     """Line-level clean-up of the chosen blocks: a short line that is all link ("Back to top",
     "Comment", "Print") is a control, not text; a short paragraph of its own that is mostly
-    (60%+) link text and does not end with a full stop is a cross-reference ("Read more: <headline>", "Related:
-    <headline>", a bare URL, "Source: <link>"), like trafilatura's link density test of a <p>
-    (list items and table cells are judged with their list or table, by _clean); a line that
-    is one escaped tag ("&lt;img ...>" in the page's text) is markup; headings left at the end
-    introduced a list that has been removed ("Related articles")."""
+    (60%+) link text and does not end with a full stop is a cross-reference ("Read more:
+    <headline>", "Related: <headline>", a bare URL, "Source: <link>"), like trafilatura's link
+    density test of a <p> (list items and table cells are judged with their list or table, by
+    _clean); a line that is one escaped tag ("&lt;img ...>" in the page's text) is markup;
+    headings left at the end introduced a list that has been removed ("Related articles")."""
     memo: dict[int, int] = {}
     b_len, b_link, b_text = pg.b_len, pg.b_link, pg.b_text
     out = [
