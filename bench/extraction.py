@@ -24,7 +24,11 @@ scrapinghub ``evaluate.py``), compared as bags (multisets), not shingles.
 Speed: pages/s on one core, single process, timing only the extraction call (the bytes are
 read and gunzipped beforehand; each extractor gets one untimed warm-up call). The clock is the
 process's CPU time, so that other work on the machine does not count against an extractor.
-Every extractor gets the raw page bytes, as the pipeline does.
+Every extractor gets the raw page bytes, as the pipeline does. This machine's speed drifts by a
+third within minutes, more than the gaps between extractors: ``--repeat N`` times N more rounds
+over each dataset, the extractors taking turns on every 16 pages (their order rotating), and
+reports each one's median round; with two or more extractors it also prints the ratio of
+tokenmill's pages/s to each other's, per round, as a median (min-max).
 
 The shared data folder is ``$TOKENMILL_SHARED_DATA`` or ``../shared/data`` relative to the repo
 root. When it is absent the script prints a message and exits 0; an extractor whose library is
@@ -291,6 +295,40 @@ def run_one(
     return res
 
 
+def timed_rounds(
+    fns: dict[str, Callable[[bytes], str | None]], pages: list[Page], rounds: int, chunk: int = 16
+) -> dict[str, list[float]]:
+    """pages/s of each extractor in each of ``rounds`` rounds over ``pages``. Within a round the
+    extractors take turns on each run of ``chunk`` pages (tens of milliseconds: the machine's
+    drift is slower), in an order that rotates from one chunk to the next."""
+    names = list(fns)
+    speeds: dict[str, list[float]] = {name: [] for name in names}
+    turn = 0
+    for _ in range(rounds):
+        seconds = dict.fromkeys(names, 0.0)
+        for start in range(0, len(pages), chunk):
+            part = pages[start : start + chunk]
+            turn += 1
+            for name in names[turn % len(names):] + names[: turn % len(names)]:
+                fn = fns[name]
+                t0 = time.process_time()
+                for page in part:
+                    try:
+                        fn(page.raw)
+                    except Exception:
+                        pass
+                seconds[name] += time.process_time() - t0
+        for name in names:
+            speeds[name].append(len(pages) / max(seconds[name], 1e-9))
+    return speeds
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated: " + ",".join(DATASETS))
@@ -302,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
         "--dump", type=Path, default=None, help="write every output to DUMP/<dataset>/<extractor>/<id>.txt"
     )
     ap.add_argument("--worst", type=int, default=0, help="list the N worst tokenmill pages per dataset")
+    ap.add_argument(
+        "--repeat", type=int, default=0,
+        help="N more timing rounds, extractors taking turns; pages/s is then the median round",
+    )
     args = ap.parse_args(argv)
 
     root = shared_data_dir()
@@ -333,10 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         if not pages:
             print(f"{dataset:<12} (no pages found)")
             continue
+        rounds = timed_rounds(extractors, pages, args.repeat) if args.repeat > 0 else {}
         for name, fn in extractors.items():
             res = run_one(name, fn, dataset, pages, args.dump)
             p, r, f, up, ur, uf = res.row(dataset == "trafilatura")
             speed = res.n / res.seconds if res.seconds else float("inf")
+            if rounds:
+                speed = _median(rounds[name])
             print(
                 f"{dataset:<12} {name:<17} {res.n:>5} {p:>6.3f} {r:>6.3f} {f:>6.3f}  {up:>6.3f} {ur:>6.3f} {uf:>7.3f} {res.failed:>5} {speed:>8.1f}",
                 flush=True,
@@ -344,6 +389,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.worst and name == "tokenmill":
                 for pid, pp, rr, ff in sorted(res.per_page, key=lambda x: x[3])[: args.worst]:
                     print(f"    worst {pid[:40]:<40} P={pp:.2f} R={rr:.2f} F1={ff:.2f}")
+        if "tokenmill" in rounds:
+            for name in rounds:
+                if name != "tokenmill":
+                    ratios = [a / b for a, b in zip(rounds["tokenmill"], rounds[name])]
+                    print(
+                        f"{dataset:<12} tokenmill / {name}: {_median(ratios):.2f}x pages/s "
+                        f"(rounds {min(ratios):.2f}-{max(ratios):.2f}x, {len(ratios)} rounds)",
+                        flush=True,
+                    )
     return 0
 
 
