@@ -75,6 +75,18 @@ cdef object _attr_value(void* attribute):
     return joined.decode("utf-8")
 
 
+cdef const char* _attr_bytes(void* attribute, Py_ssize_t* n):
+    """An attribute's value in one piece (its one text child), else NULL."""
+    cdef xmlNode* c = (<xmlAttr*>attribute).children
+    if c is NULL:
+        n[0] = 0
+        return _EMPTY
+    if c.next is not NULL or c.content is NULL:
+        return NULL
+    n[0] = strlen(<const char*>c.content)
+    return <const char*>c.content
+
+
 cdef inline xmlNode* _element(xmlNode* n):
     """``n`` or its first following sibling that is an element, or NULL (as iterwalk, which
     does not visit comments or PIs; the parser drops them anyway)."""
@@ -119,7 +131,7 @@ def walk(top, double deadline):
                 if a.ns is NULL:
                     _keep_first(slots, <const char*>a.name, strlen(<const char*>a.name), a)
                 a = a.next
-            action = w.start_element(<size_t>n, tag, kind, slots, _attr_value)
+            action = w.start_element(<size_t>n, tag, kind, slots, _attr_value, _attr_bytes)
             if action == ENTER:
                 _add_text(w, n.children)
         if action != SKIP:

@@ -53,6 +53,16 @@ cdef object _value(void* attribute):
     return _str(s, n)
 
 
+cdef const char* _bytes(void* attribute, Py_ssize_t* n):
+    cdef size_t length = 0
+    cdef const lxb_char_t* s = lxb_dom_attr_value_noi(<lxb_dom_attr_t*>attribute, &length)
+    if s is NULL:
+        n[0] = 0
+        return _EMPTY
+    n[0] = length
+    return <const char*>s
+
+
 cdef tuple _tag(_Walk w, lxb_dom_node_t* n):
     """(the element's name, its kind bits): one lookup per tag id and page."""
     cdef size_t key = <size_t>n.local_name
@@ -137,7 +147,7 @@ def walk(LexborHTMLParser parsed, double deadline):
                     name = lxb_dom_attr_local_name_noi(a, &length)
                     _keep_first(slots, <const char*>name, length, a)
                     a = a.next
-                action = w.start_element(<size_t>n, tag, kind, slots, _value)
+                action = w.start_element(<size_t>n, tag, kind, slots, _value, _bytes)
         # (comments and the like: neither entered nor an element's end)
         if action != SKIP and n.first_child is not NULL:
             n = n.first_child

@@ -5,7 +5,9 @@
 from tokenmill.transforms.deadline import check
 
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
-from libc.stdlib cimport free, malloc, realloc
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
 from tokenmill.transforms.extract import hints as _hints_module
@@ -73,7 +75,7 @@ def _load_vocabularies():
             entries[(word, True)] = entries.get((word, True), 0) | bit
     ordered = sorted(entries.items(), key=lambda e: e[0][0].encode())
     usable = len(ordered) <= MAX_LITERALS and all(
-        t.isascii() and t == t.lower() and not any(ch.isdigit() for ch in t) and 0 < len(t) < 32
+        t.isascii() and t == t.lower() and not any(ch.isdigit() for ch in t) and 1 < len(t) < 32
         for (t, _), _ in ordered)  # (digit runs need no collapsing: no entry holds a digit)
     if not usable:
         _compiled_hints = False
@@ -112,7 +114,8 @@ cdef int _name_bits(const unsigned char* name, Py_ssize_t n, unsigned char* low)
     for i in range(n):  # literals anywhere
         c = low[i]
         for k in range(_first[c], _first[c + 1]):
-            if not _lit_word[k] and _lit_len[k] <= n - i and memcmp(low + i, _lit[k], _lit_len[k]) == 0:
+            if (not _lit_word[k] and _lit_len[k] <= n - i and _lit[k][1] == low[i + 1]  # (2+ bytes each)
+                    and memcmp(low + i, _lit[k], _lit_len[k]) == 0):
                 bits |= _lit_bits[k]
     i = 0
     while i < n:  # words: whole tokens
@@ -142,49 +145,66 @@ cdef Py_ssize_t _pieces(const unsigned char* s, Py_ssize_t n):
     return pieces
 
 
-cdef object _combine = _hints_module.combine
 cdef tuple _TAXONOMY = _hints_module.TAXONOMY_PREFIXES
-cdef dict _HINTS = {}  # (class, id) -> hints; emptied when full
+# hints.py's ``combine`` of every (class bits, id bits, long id): the vocabularies' five bits.
+cdef enum:
+    HINT_BITS = 5
+cdef int[1 << (2 * HINT_BITS + 1)] _COMBINED_UNLIKELY
+cdef int[1 << (2 * HINT_BITS + 1)] _COMBINED_WEIGHT
+assert all(bit < (1 << HINT_BITS) for bit, _ in _hints_module.VOCABULARIES)
+for _i in range(1 << (2 * HINT_BITS + 1)):
+    _COMBINED_UNLIKELY[_i], _COMBINED_WEIGHT[_i] = _hints_module.combine(
+        _i & ((1 << HINT_BITS) - 1), (_i >> HINT_BITS) & ((1 << HINT_BITS) - 1), bool(_i >> (2 * HINT_BITS)))
 
 
-cdef tuple _compiled(str cls, str id_):
-    """hints.hints(cls, id_), compiled where both are ASCII, names under MAX_NAME bytes."""
-    key = (cls, id_)
-    hit = _HINTS.get(key)
-    if hit is not None:
-        return <tuple>hit
+cdef int _class_bits(str cls):
+    """The hint bits of a class attribute's names (hints.py's ``hints``, taxonomy names left
+    out), compiled; -1 where the reference must answer (a name not ASCII, or too long)."""
     cdef Py_ssize_t n
     cdef const char* s
-    cdef int class_bits = 0, id_bits = 0
+    cdef int bits = 0
     cdef unsigned char low[MAX_NAME]  # the name lower-cased (on the stack: no state between calls)
-    cdef bint ok = _compiled_hints and cls.isascii() and id_.isascii()
-    if ok:
-        for name in cls.split():
-            if not (<str>name).startswith(_TAXONOMY):
-                s = PyUnicode_AsUTF8AndSize(name, &n)
-                if n >= MAX_NAME:
-                    ok = False
-                    break
-                class_bits |= _name_bits(<const unsigned char*>s, n, low)
-    if ok and id_:
-        s = PyUnicode_AsUTF8AndSize(id_, &n)
-        if n >= MAX_NAME:
-            ok = False
-        else:
-            id_bits = _name_bits(<const unsigned char*>s, n, low)
-    if ok:
-        hit = _combine(class_bits, id_bits, id_bits != 0 and _pieces(<const unsigned char*>s, n) >= 4)
-    else:
-        hit = hints(cls, id_)
-    if len(_HINTS) >= 65536:
-        _HINTS.clear()
-    _HINTS[key] = hit
-    return <tuple>hit
+    if not (_compiled_hints and cls.isascii()):
+        return -1
+    for name in cls.split():
+        if not (<str>name).startswith(_TAXONOMY):
+            s = PyUnicode_AsUTF8AndSize(name, &n)
+            if n >= MAX_NAME:
+                return -1
+            bits |= _name_bits(<const unsigned char*>s, n, low)
+    return bits
+
+
+cdef int _id_bits(const unsigned char* s, Py_ssize_t n):
+    """The hint bits of an id of n UTF-8 bytes, and 1 << HINT_BITS for a long one (four or more
+    pieces, with bits); -1 where the reference must answer (not ASCII, or too long)."""
+    cdef unsigned char low[MAX_NAME]
+    cdef Py_ssize_t i
+    cdef int bits
+    if not _compiled_hints or n >= MAX_NAME:
+        return -1
+    for i in range(n):
+        if s[i] >= 0x80:
+            return -1
+    bits = _name_bits(s, n, low)
+    if bits and _pieces(s, n) >= 4:
+        bits |= 1 << HINT_BITS
+    return bits
+
+
+cdef inline tuple _combined(int class_bits, int id_bits):
+    cdef int i = class_bits | (id_bits << HINT_BITS)
+    return _COMBINED_UNLIKELY[i], _COMBINED_WEIGHT[i]
 
 
 def compiled_hints(str cls, str id_):
     """The compiled ``hints`` (for the tests against hints.py's)."""
-    return _compiled(cls, id_)
+    cdef Py_ssize_t n
+    cdef const char* s = PyUnicode_AsUTF8AndSize(id_, &n)
+    cdef int class_bits = _class_bits(cls), id_bits = _id_bits(<const unsigned char*>s, n) if id_ else 0
+    if class_bits < 0 or id_bits < 0:
+        return hints(cls, id_)
+    return _combined(class_bits, id_bits)
 
 
 cdef int _kind(str tag):
@@ -207,6 +227,10 @@ cdef enum:
     N_ATTRIBUTES = 7
 
 ctypedef object (*attribute_value_f)(void* attribute)
+# An attribute's value as the tree holds it, UTF-8, without a copy: NULL where it has none in one
+# piece (the walk then asks ``attribute_value_f``).
+ctypedef const char* (*attribute_bytes_f)(void* attribute, Py_ssize_t* n)
+cdef const char* _EMPTY = ""  # an empty value's bytes
 
 
 cdef inline int _attribute(const char* name, size_t n):
@@ -252,6 +276,97 @@ cdef inline Py_ssize_t _space(const unsigned char* s, Py_ssize_t i, Py_ssize_t n
     return 0
 
 
+# What a class attribute says, read once per distinct value: its str (the Page keeps it),
+# whether it hides the element, its hint bits (-1: hints.py answers). Pages reuse their values
+# (every item of a list) and sites theirs: one table per process, open addressing on the value's
+# bytes, emptied when it holds MAX_CLASSES. Only C touches it (no Python call between a look-up
+# and its use, nor inside an insertion): a thread switch cannot find it half-changed.
+cdef struct ClassEntry:
+    uint64_t hash
+    char* key  # the value's bytes (owned), NULL: a free slot
+    Py_ssize_t n
+    PyObject* cls  # owned
+    int hidden
+    int bits
+
+cdef enum:
+    MAX_CLASSES = 1 << 16
+
+cdef ClassEntry* _seen = NULL
+cdef Py_ssize_t _seen_cap = 0, _seen_count = 0
+
+
+cdef inline uint64_t _fnv1a(const char* s, Py_ssize_t n):
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ <unsigned char>s[i]) * 1099511628211ULL
+    return h
+
+
+cdef inline ClassEntry* _slot(ClassEntry* table, Py_ssize_t cap, uint64_t h, const char* s, Py_ssize_t n):
+    """The entry of the value ``s``, or the free slot where it goes."""
+    cdef ClassEntry* e = &table[h & (cap - 1)]
+    while e.key is not NULL and not (e.hash == h and e.n == n and memcmp(e.key, s, n) == 0):
+        e = &table[(e - table + 1) & (cap - 1)]
+    return e
+
+
+cdef int _remember(uint64_t h, const char* s, Py_ssize_t n, str cls, int hidden, int bits) except -1:
+    global _seen, _seen_cap, _seen_count
+    cdef Py_ssize_t i, cap
+    cdef ClassEntry* grown
+    cdef ClassEntry* e
+    if _seen_count >= MAX_CLASSES:
+        for i in range(_seen_cap):
+            if _seen[i].key is not NULL:
+                free(_seen[i].key)
+                Py_XDECREF(_seen[i].cls)
+                _seen[i].key = NULL
+        _seen_count = 0
+    if 2 * (_seen_count + 1) > _seen_cap:
+        cap = max(256, 2 * _seen_cap)
+        grown = <ClassEntry*>calloc(cap, sizeof(ClassEntry))
+        if grown is NULL:
+            raise MemoryError()
+        for i in range(_seen_cap):
+            if _seen[i].key is not NULL:
+                _slot(grown, cap, _seen[i].hash, _seen[i].key, _seen[i].n)[0] = _seen[i]
+        free(_seen)
+        _seen, _seen_cap = grown, cap
+    e = _slot(_seen, _seen_cap, h, s, n)
+    if e.key is not NULL:
+        return 0
+    key = <char*>malloc(n if n else 1)
+    if key is NULL:
+        raise MemoryError()
+    memcpy(key, s, n)
+    Py_INCREF(cls)
+    e.hash, e.key, e.n, e.cls, e.hidden, e.bits = h, key, n, <PyObject*>cls, hidden, bits
+    _seen_count += 1
+    return 0
+
+
+cdef str _class_of(void* attribute, attribute_value_f value, attribute_bytes_f raw, int* hidden, int* bits):
+    """An element's class attribute, whether it hides the element and its hint bits."""
+    cdef Py_ssize_t n = 0
+    cdef const char* s = raw(attribute, &n)
+    cdef uint64_t h = 0
+    cdef ClassEntry* e
+    if s is not NULL and _seen_cap:
+        h = _fnv1a(s, n)
+        e = _slot(_seen, _seen_cap, h, s, n)
+        if e.key is not NULL:
+            hidden[0], bits[0] = e.hidden, e.bits
+            return <str>e.cls
+    cls = PyUnicode_DecodeUTF8(s, n, NULL) if s is not NULL else value(attribute)
+    hidden[0] = not _HIDDEN_CLASSES.isdisjoint(cls.split())
+    bits[0] = _class_bits(cls)
+    if s is not NULL:
+        _remember(_fnv1a(s, n), s, n, cls, hidden[0], bits[0])
+    return cls
+
+
 cdef class _Walk:
     cdef char* buf  # the current run of text, UTF-8 (<br> and <pre> line breaks as BR's NUL)
     cdef Py_ssize_t buf_len, buf_cap, out_cap
@@ -259,7 +374,7 @@ cdef class _Walk:
     cdef object pg, tags, parents, ends, weights, flags, classes
     cdef object b_text, b_node, b_len, b_link, b_commas, b_points
     cdef Py_ssize_t link_len, n_br, pre_depth, cur, count
-    cdef dict names, hidden_classes
+    cdef dict names
     cdef list stack, open_blocks, open_links  # open block nodes; their tree nodes; open <a> nodes
     cdef size_t block_el, skipping  # the innermost open block's tree node; the subtree skipped
     cdef double deadline
@@ -275,7 +390,6 @@ cdef class _Walk:
         self.link_len = self.n_br = self.pre_depth = self.count = 0
         self.cur = -1
         self.names = {}  # tag name key of the tree -> (tag, kind bits)
-        self.hidden_classes = {}  # class attribute -> whether it hides the element
         self.stack, self.open_blocks, self.open_links = [], [], []
         self.block_el = self.skipping = 0
         self.deadline = deadline
@@ -284,12 +398,6 @@ cdef class _Walk:
         self.count += 1
         if not self.count & 255:
             check(self.deadline)
-
-    cdef bint hides(self, str cls):
-        hit = self.hidden_classes.get(cls)
-        if hit is None:
-            hit = self.hidden_classes[cls] = not _HIDDEN_CLASSES.isdisjoint(cls.split())
-        return hit
 
     def __dealloc__(self):
         free(self.buf)
@@ -403,22 +511,34 @@ cdef class _Walk:
         self.skipping = node
         return SKIP
 
-    cdef int start_element(self, size_t node, str tag, int kind, void** slots, attribute_value_f value):
+    cdef int start_element(self, size_t node, str tag, int kind, void** slots, attribute_value_f value,
+                           attribute_bytes_f raw):
         """An element's start, given its attributes by slot (NULL where absent; a heading's id is
         not read: it is an anchor made of its text): SKIP, ENTER or ENTER_BARE."""
-        cdef int unlikely = 0, weight = 0, flag = 0
-        cdef Py_ssize_t i
-        cls = value(slots[A_CLASS]) if slots[A_CLASS] is not NULL else ""
-        id_ = value(slots[A_ID]) if slots[A_ID] is not NULL and not kind & K_HEADING else ""
-        if (slots[A_HIDDEN] is not NULL
+        cdef int unlikely = 0, weight = 0, flag = 0, class_bits = 0, id_bits = 0, hidden = 0
+        cdef Py_ssize_t i, n = 0
+        cdef const char* id_bytes = NULL
+        cls = ""
+        if slots[A_CLASS] is not NULL:
+            cls = _class_of(slots[A_CLASS], value, raw, &hidden, &class_bits)
+        if (hidden or slots[A_HIDDEN] is not NULL
                 or (slots[A_ARIA_HIDDEN] is not NULL and value(slots[A_ARIA_HIDDEN]) == "true")
-                or (slots[A_STYLE] is not NULL and _is_hidden_style(value(slots[A_STYLE])))
-                or (cls and self.hides(cls))):
+                or (slots[A_STYLE] is not NULL and _is_hidden_style(value(slots[A_STYLE])))):
             if self.buf_len and not kind & K_INLINE:
                 self.flush()
             return self.skip(node)
-        if (cls or id_) and not kind & K_A:  # links are never skipped for their names
-            unlikely, weight = _compiled(cls, id_)
+        if slots[A_ID] is not NULL and not kind & K_HEADING:
+            id_bytes = raw(slots[A_ID], &n)
+            id_bits = _id_bits(<const unsigned char*>id_bytes, n) if id_bytes is not NULL else -1
+        if (slots[A_CLASS] is not NULL or slots[A_ID] is not NULL and not kind & K_HEADING) and not kind & K_A:
+            # (links are never skipped for their names)
+            if class_bits >= 0 and id_bits >= 0:
+                if class_bits or id_bits:
+                    unlikely, weight = _combined(class_bits, id_bits)
+            else:
+                id_ = value(slots[A_ID]) if slots[A_ID] is not NULL and not kind & K_HEADING else ""
+                if cls or id_:
+                    unlikely, weight = hints(cls, id_)
         if slots[A_ROLE] is not NULL and value(slots[A_ROLE]) in _UNLIKELY_ROLES:
             unlikely |= F_UNLIKELY
         if slots[A_ITEMPROP] is not NULL and _POSITIVE_ITEMPROP.search(value(slots[A_ITEMPROP])):
