@@ -320,6 +320,44 @@ def test_decode_html_fast_path():
     assert (text, enc) == ("<p>plain ascii</p>", "utf-8")
 
 
+def test_compiled_utf8_test_answers_as_the_decoder():
+    """accelerated.is_utf8 (decode.py's lazy path) against bytes.decode, on every lead byte
+    before every second byte, and on random mixes of valid characters and broken bytes."""
+    compiled = pytest.importorskip("tokenmill.transforms.extract.accelerated", reason="compiled walk not built")
+    import random
+
+    def decodes(b: bytes) -> bool:
+        try:
+            b.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+
+    cases = [bytes([a, b]) + tail for a in range(256) for b in (0x41, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0)
+             for tail in (b"", b"\x80", b"\x80\x80")]
+    rng = random.Random(3)
+    chars = ["a", "\u00e9", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff", "<p> "]
+    for _ in range(20_000):
+        b = bytearray("".join(rng.choice(chars) for _ in range(rng.randint(0, 12))).encode())
+        for _ in range(rng.randint(0, 2)):
+            if b:
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        cases.append(bytes(b[: rng.randint(0, len(b))] if rng.random() < 0.3 else b))
+    for b in cases:
+        assert compiled.is_utf8(b) == decodes(b), b
+        assert compiled.is_utf8(b"x" * 13 + b) == decodes(b), b  # past the eight-byte steps
+    assert sum(map(decodes, cases)) > len(cases) // 4
+
+
+def test_pages_read_from_their_bytes_as_from_their_text():
+    """The lazy path (no str of a UTF-8 page) finds what the str input finds, NULs and pages of
+    spaces included."""
+    for page in (_page(FRENCH), _page(FRENCH).replace("Le", "L\x00e"), "\u3000" * 50, "  \n", "",
+                 "<noscript>" + _page(FRENCH * 3) + "</noscript>"):
+        a, b = extract_html(page.encode("utf-8")), extract_html(page)
+        assert (a.text, a.reason, a.title) == (b.text, b.reason, b.title), page
+
+
 def test_str_input_with_xml_declaration():
     r = extract_html('<?xml version="1.0" encoding="iso-8859-1"?>' + _page(FRENCH))
     assert r.text == FRENCH and r.encoding is None

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""walk.py's walk and tree.py's attribute-cap sweep, compiled: the walk over libxml2's nodes themselves.
+"""walk.py's walk, tree.py's attribute-cap sweep and decode.py's UTF-8 test, compiled: the walk over libxml2's nodes themselves.
 
 The Python walk spends most of its time in lxml's per-element proxies (iterwalk's events,
 keys(), get(), text, tail): here the same steps read the C nodes lxml's tree is made of (names,
@@ -11,7 +11,8 @@ hostile trees. Built by setup.py where a C compiler is (optional: without it, wa
 
 cimport lxml.includes.etreepublic as cetree
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memchr, memset, strlen
+from libc.stdint cimport uint64_t
+from libc.string cimport memchr, memcpy, memset, strlen
 from lxml.includes.tree cimport (
     XML_CDATA_SECTION_NODE,
     XML_ELEMENT_NODE,
@@ -209,3 +210,54 @@ def over_cap(const unsigned char[:] data, Py_ssize_t max_attrs):
                 return True
         i = j
     return False
+
+
+# ---------------------------------------------------------------- strict UTF-8
+
+cdef inline bint _cont(const unsigned char* p, Py_ssize_t i, Py_ssize_t k, Py_ssize_t n):
+    """p[i + 1 : i + 1 + k] are k continuation bytes."""
+    cdef Py_ssize_t j
+    if i + k >= n:
+        return False
+    for j in range(1, k + 1):
+        if p[i + j] & 0xC0 != 0x80:
+            return False
+    return True
+
+
+def is_utf8(const unsigned char[:] data):
+    """Whether ``data`` decodes as strict UTF-8 (bytes.decode("utf-8") succeeds: no overlong
+    form, surrogate or code point past U+10FFFF; Unicode's table 3-7), without making the str:
+    eight ASCII bytes at a time."""
+    cdef Py_ssize_t n = data.shape[0], i = 0
+    cdef const unsigned char* p = &data[0] if n else NULL
+    cdef unsigned char c, d
+    cdef uint64_t word
+    while i < n:
+        while i + 8 <= n:
+            memcpy(&word, p + i, 8)
+            if word & 0x8080808080808080ULL:
+                break
+            i += 8
+        if i >= n:
+            break
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        d = p[i + 1] if i + 1 < n else 0
+        if 0xC2 <= c <= 0xDF:
+            if not _cont(p, i, 1, n):
+                return False
+            i += 2
+        elif 0xE0 <= c <= 0xEF:
+            if (c == 0xE0 and d < 0xA0) or (c == 0xED and d > 0x9F) or not _cont(p, i, 2, n):
+                return False  # overlong; a surrogate
+            i += 3
+        elif 0xF0 <= c <= 0xF4:
+            if (c == 0xF0 and d < 0x90) or (c == 0xF4 and d > 0x8F) or not _cont(p, i, 3, n):
+                return False  # overlong; past U+10FFFF
+            i += 4
+        else:
+            return False
+    return True

@@ -125,9 +125,10 @@ def extract_html(
             raw = bytes(raw)
             if looks_binary(raw):
                 return Extracted(None, "binary_content")
-            text, encoding, utf8 = decode_page(raw, encoding_hint)
+            # text: None where utf8 holds it (made only if needed: most pages never need it)
+            text, encoding, utf8 = decode_page(raw, encoding_hint, lazy=True)
             if utf8 is not None and b"\x00" in utf8:
-                utf8 = None
+                text, utf8 = utf8.decode("utf-8"), None
         elif isinstance(raw, str):
             text, utf8 = raw, None
             if looks_binary_text(text):
@@ -136,7 +137,8 @@ def extract_html(
             return Extracted(None, "parse_error")
         if utf8 is None and "\x00" in text:
             text = text.replace("\x00", "")
-        if not text or text.isspace():
+        whole = text if text is not None else utf8  # (a page of Unicode spaces only finds no text later)
+        if not whole or whole.isspace():
             return Extracted(None, "no_text", encoding=encoding)
         check(deadline)
         parsed = parse_page(text, deadline, utf8)
@@ -145,6 +147,7 @@ def extract_html(
         title, pg = parsed
         blocks, title = _content(pg, title, deadline)
         if not blocks:
+            text = text if text is not None else utf8.decode("utf-8")
             pg, blocks, title = _noscript_fallback(text, title, deadline) or (pg, blocks, title)
         if not blocks and not (include_title and title):
             return Extracted(None, "no_text", title=title, encoding=encoding)

@@ -8,6 +8,7 @@ import re
 from functools import lru_cache
 
 from .sniff import SNIFF, utf16_without_bom
+from .walk import ACCELERATED
 
 _BOMS = (
     (codecs.BOM_UTF8, "utf-8"),
@@ -141,12 +142,18 @@ def decode_html(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str]
     return text, codec
 
 
-def decode_page(raw: bytes, encoding_hint: str | None = None) -> tuple[str, str, bytes | None]:
+def decode_page(
+    raw: bytes, encoding_hint: str | None = None, lazy: bool = False
+) -> tuple[str | None, str, bytes | None]:
     """decode_html's (text, codec name), and ``raw`` itself where it is exactly the text's UTF-8
-    (strict UTF-8 without a BOM: most pages), else None, so that a parser needs no encoding."""
+    (strict UTF-8 without a BOM: most pages), else None, so that a parser needs no encoding.
+    ``lazy``: the text is None where ``raw`` is that UTF-8 and the test made no str (the
+    compiled test, 5-10x faster than decoding: the parser reads the bytes)."""
     for bom, name in _BOMS:
         if raw.startswith(bom):
             return raw[len(bom) :].decode(name, "replace"), name, None
+    if lazy and ACCELERATED is not None and ACCELERATED.is_utf8(raw):
+        return None, "utf-8", raw
     try:
         return raw.decode("utf-8"), "utf-8", raw  # the fast path: most pages (and every ASCII page)
     except UnicodeDecodeError as exc:

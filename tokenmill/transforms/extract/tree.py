@@ -15,7 +15,7 @@ from lxml import etree
 from tokenmill.transforms.deadline import check
 
 from .blocks import INLINE, Page
-from .walk import accelerated, load_compiled, walk
+from .walk import ACCELERATED, load_compiled, walk
 
 _MAX_FLAT_DEPTH = 512  # the depth the fallback tree is capped at
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr keygen".split())
@@ -144,13 +144,11 @@ def sweep(max_attrs: int) -> re.Pattern:
 
 _SWEEP = sweep(_MAX_ATTRS)
 _TAG_ATTRS = re.compile(rb"(%s%s{0,%d}+)%s*+" % (_TAG_HEAD, _ATTR, _MAX_ATTRS, _ATTR))
-# The same answer as the sweep, compiled (accelerated.pyx; 0.44 ms a page for the pattern).
-_COMPILED = accelerated()
 
 
 def _over_cap(data: bytes) -> bool:
-    if _COMPILED is not None:
-        return _COMPILED.over_cap(data, _MAX_ATTRS)
+    if ACCELERATED is not None:  # the same answer, compiled (0.44 ms a page for the pattern)
+        return ACCELERATED.over_cap(data, _MAX_ATTRS)
     return _SWEEP.match(data).group(1) is not None
 
 
@@ -171,9 +169,10 @@ def _utf8(text: str, utf8: bytes | None = None) -> bytes:
     return _cap_attributes(utf8)
 
 
-def parse(text: str, deadline: float, data: bytes | None = None) -> etree._Element | None:
+def parse(text: str | None, deadline: float, data: bytes | None = None) -> etree._Element | None:
     """The lxml tree of a page (the path without lexbor_walk, and for the pages past
-    _LEXBOR_LIMITS); ``data``: ``text`` as _utf8 gives it, where the caller has it."""
+    _LEXBOR_LIMITS); ``data``: ``text`` as _utf8 gives it, where the caller has it (then
+    ``text`` may be None)."""
     parser = etree.HTMLParser(
         remove_comments=True,
         remove_pis=True,
@@ -187,7 +186,7 @@ def parse(text: str, deadline: float, data: bytes | None = None) -> etree._Eleme
     if any(e.level_name == "FATAL" for e in parser.error_log):
         # libxml2 stopped early (in practice: nesting deeper than 2048) and dropped the rest.
         check(deadline)
-        root = _parse_flat(text, deadline)
+        root = _parse_flat(text if text is not None else data.decode("utf-8", "replace"), deadline)
     return root
 
 
@@ -235,9 +234,10 @@ _LEXBOR = lexbor_walk()
 _LEXBOR_LIMITS = (3000, 1000, 5000, 200_000)
 
 
-def parse_page(text: str, deadline: float, utf8: bytes | None = None) -> tuple[str | None, Page] | None:
+def parse_page(text: str | None, deadline: float, utf8: bytes | None = None) -> tuple[str | None, Page] | None:
     """(the page's <title>, the walk's Page of its body), None for a page with no tree;
-    ``utf8``: ``text`` in UTF-8, where the caller has it (the page's own bytes)."""
+    ``utf8``: ``text`` in UTF-8, where the caller has it (the page's own bytes; then ``text``
+    may be None)."""
     data = _utf8(text, utf8)
     if _LEXBOR is not None and all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
         return _LEXBOR.parse_and_walk(data, deadline)

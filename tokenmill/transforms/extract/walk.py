@@ -218,5 +218,5 @@ def accelerated():
     return load_compiled("accelerated", "LXML_VERSION", lambda: etree.LXML_VERSION)
 
 
-_ACCELERATED = accelerated()
-walk = _ACCELERATED.walk if _ACCELERATED is not None else py_walk
+ACCELERATED = accelerated()
+walk = ACCELERATED.walk if ACCELERATED is not None else py_walk
