@@ -255,3 +255,44 @@ def test_compat_without_spacy_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy raises ImportError
     with pytest.raises(UserError, match=r"compat=datatrove needs spaCy.*tokenmill\[compat\]"):
         SPEC.check(QualityConfig(compat="datatrove"), None)
+
+
+def _gopher_ngram_fracs(words: list[str]) -> dict[str, float]:
+    """Gopher's n-gram repetition signals by their definition, by brute force: the reference."""
+    from collections import Counter
+
+    total = sum(map(len, words)) or 1
+    out = {}
+    for n in range(2, 11):
+        grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+        counts = Counter(grams)
+        if n <= 4:
+            top = max(counts.values(), default=0)
+            first = next((g for g in grams if counts[g] == top), None)
+            out[f"top_{n}gram_frac"] = sum(map(len, first)) * top / total if top > 1 else 0.0
+        else:
+            seen, covered, i = set(), 0, 0
+            while i < len(grams):
+                if counts[grams[i]] >= 2:
+                    if grams[i] in seen:
+                        covered += sum(map(len, grams[i]))
+                        i += n
+                        continue
+                    seen.add(grams[i])
+                i += 1
+            out[f"dup_{n}gram_frac"] = covered / total
+    return out
+
+
+def test_ngram_repetition_signals_are_gophers_definition():
+    """The ranked n-grams (only those whose first n-1 words repeat are ranked) give what the
+    definition gives, on random texts from a small vocabulary (many repeats) and a large one."""
+    import random
+
+    rng = random.Random(11)
+    for vocab in ([*"abc"], [*"abcdefgh"], [f"w{i}" for i in range(300)]):
+        for _ in range(300):
+            words = [rng.choice(vocab) for _ in range(rng.randint(0, 80))]
+            s = signals(" ".join(words), "en", QualityConfig())
+            want = _gopher_ngram_fracs(words)
+            assert {k: s[k] for k in want} == pytest.approx(want), words

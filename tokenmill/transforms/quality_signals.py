@@ -71,29 +71,35 @@ def _dup_fracs(items: list[str]) -> tuple[float, float]:
 
 
 def _ngram_ranks(lower_words: list[str], deadline: float | None):
-    """For n = 2, 3, ...: (n, each n-gram's rank (equal n-grams, equal ranks: exact, no hashing),
-    the number of occurrences of each rank, the first position of each rank), until no n-gram
-    repeats: then no longer one does either (its first n words would repeat)."""
+    """For n = 2, 3, ...: (n, the positions of the n-grams that may repeat, each one's rank among
+    them (equal n-grams, equal ranks: exact, no hashing), the number of occurrences of each rank,
+    the first position of each rank), until no n-gram repeats: then no longer one does either
+    (its first n words would repeat). An n-gram repeats only where its first n-1 words do: only
+    those positions are ranked (the others occur once), a shrinking share as n grows."""
     vocab = {w: i for i, w in enumerate(dict.fromkeys(lower_words))}
     ids = np.fromiter(map(vocab.__getitem__, lower_words), np.int64, len(lower_words))
-    rank, size = ids, len(vocab)
+    size = len(vocab)
+    at = np.flatnonzero(np.bincount(ids, minlength=size)[ids] >= 2)  # words that repeat
+    rank = ids[at]
     for n in range(2, 11):
-        m = len(ids) - n + 1
-        if m <= 0:
+        keep = int(np.searchsorted(at, len(ids) - n + 1))  # the n-grams that fit
+        at, rank = at[:keep], rank[:keep]
+        if not keep:
             return
         # an n-gram is its (n-1)-gram's rank and its last word: one int64, ranked by np.unique
-        keys = rank[:m] * size + ids[n - 1:]
+        keys = rank * size + ids[at + n - 1]
         _, first, rank, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
-        size = len(vocab)
-        yield n, rank, counts, first
-        if counts.max() <= 1:
+        yield n, at, rank, counts, at[first]
+        repeats = counts[rank] >= 2
+        if not repeats.any():
             return
+        at, rank = at[repeats], rank[repeats]
         check(deadline)
 
 
 def _top_ngram_frac(n: int, counts, first, ends, word_chars: int) -> float:
     """Characters of the most frequent word n-gram (the first seen on a tie) times its count,
-    over all word characters (Gopher); 0 when none repeats."""
+    over all word characters (Gopher); 0 when none repeats. ``first``: each rank's first position."""
     top = int(counts.max())
     if top <= 1:
         return 0.0
@@ -101,14 +107,14 @@ def _top_ngram_frac(n: int, counts, first, ends, word_chars: int) -> float:
     return int(ends[at + n] - ends[at]) * top / (word_chars or 1)
 
 
-def _dup_ngram_frac(n: int, rank, counts, ends, word_chars: int) -> float:
+def _dup_ngram_frac(n: int, at, rank, counts, ends, word_chars: int) -> float:
     """Characters of words inside n-grams that occur more than once (Gopher, non-overlapping:
     after a repeat, the next n-gram considered starts past it). Only n-grams that occur twice
-    or more are looked at, in order."""
+    or more are looked at, in order (``at``: the positions of the ranked n-grams)."""
     where = np.flatnonzero(counts[rank] >= 2)
     seen: set[int] = set()
     covered = resume = 0
-    for i, key in zip(where.tolist(), rank[where].tolist()):
+    for i, key in zip(at[where].tolist(), rank[where].tolist()):
         if i < resume:
             continue
         if key in seen:
@@ -162,11 +168,11 @@ def _repetition(lower_words: list[str], lines: list[str], text: str, deadline: f
     word_chars = int(ends[-1])
     for n in range(2, 11):
         s[f"top_{n}gram_frac" if n <= 4 else f"dup_{n}gram_frac"] = 0.0
-    for n, rank, counts, first in _ngram_ranks(lower_words, deadline):
+    for n, at, rank, counts, first in _ngram_ranks(lower_words, deadline):
         if n <= 4:
             s[f"top_{n}gram_frac"] = _top_ngram_frac(n, counts, first, ends, word_chars)
         else:
-            s[f"dup_{n}gram_frac"] = _dup_ngram_frac(n, rank, counts, ends, word_chars)
+            s[f"dup_{n}gram_frac"] = _dup_ngram_frac(n, at, rank, counts, ends, word_chars)
     return s
 
 
