@@ -10,6 +10,8 @@ are skipped for them (``no_space_langs``).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 from collections import Counter
@@ -162,17 +164,82 @@ def _repetition(lower_words: list[str], lines: list[str], text: str, deadline: f
     s["dup_line_frac"], s["dup_line_char_frac"] = _dup_fracs(lines)
     s["dup_para_frac"], s["dup_para_char_frac"] = _dup_fracs([p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()])
     check(deadline)
+    for n in range(2, 11):
+        s[f"top_{n}gram_frac" if n <= 4 else f"dup_{n}gram_frac"] = 0.0
+    ngram_fracs = _ngram_fracs_numpy if len(lower_words) >= NUMPY_WORDS else _ngram_fracs_python
+    s.update(ngram_fracs(lower_words, deadline))
+    return s
+
+
+# From this many words on, numpy ranks the n-grams; below, a dict does (numpy's fixed cost per
+# call is most of a short document's time: bench/MEASUREMENTS.md, quality: short documents).
+NUMPY_WORDS = 1000
+
+
+def _ngram_fracs_numpy(lower_words: list[str], deadline: float | None) -> dict[str, float]:
+    """The n-gram signals that apply (n-grams that repeat), computed with numpy."""
+    s = {}
     # word characters before each word (lowercasing can change a length: "İ" -> "i̇")
     ends = np.zeros(len(lower_words) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, lower_words), np.int64, len(lower_words)), out=ends[1:])
     word_chars = int(ends[-1])
-    for n in range(2, 11):
-        s[f"top_{n}gram_frac" if n <= 4 else f"dup_{n}gram_frac"] = 0.0
     for n, at, rank, counts, first in _ngram_ranks(lower_words, deadline):
         if n <= 4:
             s[f"top_{n}gram_frac"] = _top_ngram_frac(n, counts, first, ends, word_chars)
         else:
             s[f"dup_{n}gram_frac"] = _dup_ngram_frac(n, at, rank, counts, ends, word_chars)
+    return s
+
+
+def _ngram_fracs_python(lower_words: list[str], deadline: float | None) -> dict[str, float]:
+    """_ngram_fracs_numpy's signals with a dict per n: the same steps (only n-grams whose first
+    n-1 words repeat are ranked; a rank is a number per distinct (n-1)-gram rank and last word)."""
+    s = {}
+    ends = [0, *itertools.accumulate(map(len, lower_words))]
+    word_chars = ends[-1] or 1
+    vocab: dict[str, int] = {}
+    ids = [vocab.setdefault(w, len(vocab)) for w in lower_words]
+    once = Counter(ids)
+    at = [i for i, x in enumerate(ids) if once[x] >= 2]  # words that repeat
+    rank = [ids[i] for i in at]
+    for n in range(2, 11):
+        fit = bisect.bisect_left(at, len(ids) - n + 1)  # the n-grams that fit
+        if not fit:
+            break
+        del at[fit:], rank[fit:]
+        ranks: dict[tuple[int, int], int] = {}
+        counts: list[int] = []
+        first: list[int] = []
+        for k, (i, r) in enumerate(zip(at, rank)):
+            j = ranks.setdefault((r, ids[i + n - 1]), len(counts))
+            if j == len(counts):
+                counts.append(1)
+                first.append(i)
+            else:
+                counts[j] += 1
+            rank[k] = j
+        top = max(counts)
+        if n <= 4:
+            if top > 1:  # the most frequent n-gram, the first seen on a tie
+                i = min(f for f, c in zip(first, counts) if c == top)
+                s[f"top_{n}gram_frac"] = (ends[i + n] - ends[i]) * top / word_chars
+        else:  # non-overlapping repeats, in order
+            seen: set[int] = set()
+            covered = resume = 0
+            for i, j in zip(at, rank):
+                if counts[j] < 2 or i < resume:
+                    continue
+                if j in seen:
+                    covered += ends[i + n] - ends[i]
+                    resume = i + n
+                else:
+                    seen.add(j)
+            s[f"dup_{n}gram_frac"] = covered / word_chars
+        if top <= 1:
+            break
+        kept = [(i, j) for i, j in zip(at, rank) if counts[j] >= 2]
+        at, rank = [i for i, _ in kept], [j for _, j in kept]
+        check(deadline)
     return s
 
 
