@@ -761,6 +761,26 @@ def test_most_open_counts():
     assert most_open(b"< div></ x><-a><a><a>") == (2, 0, 0, 0)
 
 
+def test_the_class_table_stays_bounded():
+    """The compiled walk remembers class attributes across pages: never more than its bounds
+    (4 MB of values, 65,536 of them), and values over 1 KB not at all."""
+    tree = _lexbor()
+    import random
+
+    rng = random.Random(5)
+    most = 0
+    for k in range(40):
+        classes = ["c%d-%s" % (k, "x" * rng.randint(600, 1000)) for _ in range(200)]
+        body = "".join(f'<div class="{c} {i}"><p>{"word " * 20}{i}</p></div>' for i, c in enumerate(classes))
+        huge = f'<div class="{"h" * 5000}{k}"><p>{"word " * 20}</p></div>'  # read, not remembered
+        text = extract_html(("<html><body>" + body + huge + "</body></html>").encode()).text
+        assert text and text.startswith("word word"), (k, text[:80])
+        values, size = tree._LEXBOR.class_table()
+        assert values <= 65536 and size <= 4 * 1024 * 1024, (values, size)
+        most = max(most, size)
+    assert most > 3 * 1024 * 1024  # (the pages did fill it: 40 x 200 values of 600-1,000 bytes)
+
+
 def test_compiled_hints_answer_as_hints_py():
     """page_walk.pxi's hints (both compiled walks use it) against hints.py's, on every class and
     id of the shared pages and on random names made of the vocabularies' pieces."""

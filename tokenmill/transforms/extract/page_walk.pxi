@@ -197,6 +197,11 @@ cdef inline tuple _combined(int class_bits, int id_bits):
     return _COMBINED_UNLIKELY[i], _COMBINED_WEIGHT[i]
 
 
+def class_table():
+    """(values, their bytes) in the class table (for the tests of its bounds)."""
+    return _seen_count, _seen_bytes
+
+
 def compiled_hints(str cls, str id_):
     """The compiled ``hints`` (for the tests against hints.py's)."""
     cdef Py_ssize_t n
@@ -279,8 +284,10 @@ cdef inline Py_ssize_t _space(const unsigned char* s, Py_ssize_t i, Py_ssize_t n
 # What a class attribute says, read once per distinct value: its str (the Page keeps it),
 # whether it hides the element, its hint bits (-1: hints.py answers). Pages reuse their values
 # (every item of a list) and sites theirs: one table per process, open addressing on the value's
-# bytes, emptied when it holds MAX_CLASSES. Only C touches it (no Python call between a look-up
-# and its use, nor inside an insertion): a thread switch cannot find it half-changed.
+# bytes, emptied when it holds MAX_CLASSES values or MAX_CLASS_BYTES of them (values longer than
+# MAX_CACHED are read each time): a few MB at most, whatever the pages. Only C touches it (no
+# Python call between a look-up and its use, nor inside an insertion): a thread switch cannot
+# find it half-changed.
 cdef struct ClassEntry:
     uint64_t hash
     char* key  # the value's bytes (owned), NULL: a free slot
@@ -291,9 +298,11 @@ cdef struct ClassEntry:
 
 cdef enum:
     MAX_CLASSES = 1 << 16
+    MAX_CLASS_BYTES = 1 << 22
+    MAX_CACHED = 1024
 
 cdef ClassEntry* _seen = NULL
-cdef Py_ssize_t _seen_cap = 0, _seen_count = 0
+cdef Py_ssize_t _seen_cap = 0, _seen_count = 0, _seen_bytes = 0
 
 
 cdef inline uint64_t _fnv1a(const char* s, Py_ssize_t n):
@@ -313,17 +322,19 @@ cdef inline ClassEntry* _slot(ClassEntry* table, Py_ssize_t cap, uint64_t h, con
 
 
 cdef int _remember(uint64_t h, const char* s, Py_ssize_t n, str cls, int hidden, int bits) except -1:
-    global _seen, _seen_cap, _seen_count
+    global _seen, _seen_cap, _seen_count, _seen_bytes
     cdef Py_ssize_t i, cap
     cdef ClassEntry* grown
     cdef ClassEntry* e
-    if _seen_count >= MAX_CLASSES:
+    if n > MAX_CACHED:
+        return 0
+    if _seen_count >= MAX_CLASSES or _seen_bytes + n > MAX_CLASS_BYTES:
         for i in range(_seen_cap):
             if _seen[i].key is not NULL:
                 free(_seen[i].key)
                 Py_XDECREF(_seen[i].cls)
                 _seen[i].key = NULL
-        _seen_count = 0
+        _seen_count = _seen_bytes = 0
     if 2 * (_seen_count + 1) > _seen_cap:
         cap = max(256, 2 * _seen_cap)
         grown = <ClassEntry*>calloc(cap, sizeof(ClassEntry))
@@ -344,6 +355,7 @@ cdef int _remember(uint64_t h, const char* s, Py_ssize_t n, str cls, int hidden,
     Py_INCREF(cls)
     e.hash, e.key, e.n, e.cls, e.hidden, e.bits = h, key, n, <PyObject*>cls, hidden, bits
     _seen_count += 1
+    _seen_bytes += n
     return 0
 
 
