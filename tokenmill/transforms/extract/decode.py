@@ -8,7 +8,6 @@ import re
 from functools import lru_cache
 
 from .sniff import SNIFF, utf16_without_bom
-from .walk import ACCELERATED
 
 _BOMS = (
     (codecs.BOM_UTF8, "utf-8"),
@@ -152,7 +151,7 @@ def decode_page(
     for bom, name in _BOMS:
         if raw.startswith(bom):
             return raw[len(bom) :].decode(name, "replace"), name, None
-    if lazy and ACCELERATED is not None and ACCELERATED.is_utf8(raw):
+    if lazy and (is_utf8 := _utf8_test()) is not None and is_utf8(raw):
         return None, "utf-8", raw
     try:
         return raw.decode("utf-8"), "utf-8", raw  # the fast path: most pages (and every ASCII page)
@@ -160,6 +159,15 @@ def decode_page(
         utf8_error_at = exc.start
     text, codec = _decode_legacy(raw, encoding_hint, utf8_error_at)
     return text, codec, None
+
+
+@lru_cache(maxsize=1)
+def _utf8_test():
+    """accelerated.is_utf8 where the compiled module has it (a build from before it does not),
+    else None. Looked up at first use: the compiled walk loads lxml."""
+    from .walk import ACCELERATED
+
+    return getattr(ACCELERATED, "is_utf8", None)
 
 
 def _decode_legacy(raw: bytes, encoding_hint: str | None, utf8_error_at: int) -> tuple[str, str]:

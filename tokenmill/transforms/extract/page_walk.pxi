@@ -205,8 +205,13 @@ def class_table():
 def compiled_hints(str cls, str id_):
     """The compiled ``hints`` (for the tests against hints.py's)."""
     cdef Py_ssize_t n
-    cdef const char* s = PyUnicode_AsUTF8AndSize(id_, &n)
-    cdef int class_bits = _class_bits(cls), id_bits = _id_bits(<const unsigned char*>s, n) if id_ else 0
+    cdef const char* s
+    cdef int class_bits = _class_bits(cls), id_bits = 0
+    if id_:
+        if not id_.isascii():  # (the walk's ids are UTF-8 bytes: _id_bits refuses them there)
+            return hints(cls, id_)
+        s = PyUnicode_AsUTF8AndSize(id_, &n)
+        id_bits = _id_bits(<const unsigned char*>s, n)
     if class_bits < 0 or id_bits < 0:
         return hints(cls, id_)
     return _combined(class_bits, id_bits)
@@ -285,7 +290,8 @@ cdef inline Py_ssize_t _space(const unsigned char* s, Py_ssize_t i, Py_ssize_t n
 # whether it hides the element, its hint bits (-1: hints.py answers). Pages reuse their values
 # (every item of a list) and sites theirs: one table per process, open addressing on the value's
 # bytes, emptied when it holds MAX_CLASSES values or MAX_CLASS_BYTES of them (values longer than
-# MAX_CACHED are read each time): a few MB at most, whatever the pages. Only C touches it (no
+# MAX_CACHED are read each time): with their strs (up to 4 bytes a character) and the slots, under
+# 15 MB whatever the pages (each compiled module has its own). Only C touches it (no
 # Python call between a look-up and its use, nor inside an insertion): a thread switch cannot
 # find it half-changed.
 cdef struct ClassEntry:
@@ -297,8 +303,8 @@ cdef struct ClassEntry:
     int bits
 
 cdef enum:
-    MAX_CLASSES = 1 << 16
-    MAX_CLASS_BYTES = 1 << 22
+    MAX_CLASSES = 1 << 15
+    MAX_CLASS_BYTES = 1 << 21
     MAX_CACHED = 1024
 
 cdef ClassEntry* _seen = NULL

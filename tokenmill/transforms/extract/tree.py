@@ -169,10 +169,9 @@ def _utf8(text: str, utf8: bytes | None = None) -> bytes:
     return _cap_attributes(utf8)
 
 
-def parse(text: str | None, deadline: float, data: bytes | None = None) -> etree._Element | None:
+def parse(text: str, deadline: float, data: bytes | None = None) -> etree._Element | None:
     """The lxml tree of a page (the path without lexbor_walk, and for the pages past
-    _LEXBOR_LIMITS); ``data``: ``text`` as _utf8 gives it, where the caller has it (then
-    ``text`` may be None)."""
+    _LEXBOR_LIMITS); ``data``: ``text`` as _utf8 gives it, where the caller has it."""
     parser = etree.HTMLParser(
         remove_comments=True,
         remove_pis=True,
@@ -186,7 +185,7 @@ def parse(text: str | None, deadline: float, data: bytes | None = None) -> etree
     if any(e.level_name == "FATAL" for e in parser.error_log):
         # libxml2 stopped early (in practice: nesting deeper than 2048) and dropped the rest.
         check(deadline)
-        root = _parse_flat(text if text is not None else data.decode("utf-8", "replace"), deadline)
+        root = _parse_flat(text, deadline)
     return root
 
 
@@ -241,6 +240,8 @@ def parse_page(text: str | None, deadline: float, utf8: bytes | None = None) -> 
     data = _utf8(text, utf8)
     if _LEXBOR is not None and all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
         return _LEXBOR.parse_and_walk(data, deadline)
+    if text is None:  # (the flat fallback reads the text as it is, attributes past the cap too)
+        text = utf8.decode("utf-8")
     root = parse(text, deadline, data)
     if root is None:
         return None
