@@ -32,11 +32,11 @@ def test_workers_wanted(args, n):
 def test_unclaimed_workers_end_with_the_launchers_job():
     started = warm.start(MULTI)
     try:
-        assert started is not None and len(started.procs) == 2
+        assert started is not None and started.n == 2
         assert warm.worker_command().endswith(f"--attach {started.folder} 2")
     finally:
         warm.stop()
-    assert all(p.poll() is not None for p in started.procs)
+    assert started.proc.poll() is not None
     assert not os.path.exists(started.folder)
     assert "--attach" not in warm.worker_command()  # a cold worker again
 
@@ -47,7 +47,7 @@ def test_a_claimed_worker_whose_job_never_came_is_ended_too():
         open(os.path.join(started.folder, "0.claim"), "w").close()
     finally:
         warm.stop()
-    assert all(p.poll() is not None for p in started.procs)
+    assert started.proc.poll() is not None
     assert not os.path.exists(started.folder)
 
 
@@ -56,9 +56,12 @@ def _rows(out):
     return {f: pq.read_table(out / "docs" / f).to_pylist() for f in files}
 
 
-def test_warm_and_cold_workers_in_one_job_give_the_same_output(tmp_path):
+@pytest.mark.parametrize("n_warm, n_job", [(1, 2), (2, 1)])
+def test_warm_and_cold_workers_in_one_job_give_the_same_output(tmp_path, n_warm, n_job):
     """One warm worker for a two-worker job: the first attach claims it, the second finds none
-    and becomes a cold worker. Docs and shards equal an in-process run's, byte for byte."""
+    and becomes a cold worker. Two warm workers for a one-worker job: the one no job took is
+    dismissed, and their process ends on its own (not killed). Docs and shards equal an
+    in-process run's, byte for byte."""
     from tokenmill.cli import _load_beam, sample_inputs
     from tokenmill.config import load_config
 
@@ -66,17 +69,19 @@ def test_warm_and_cold_workers_in_one_job_give_the_same_output(tmp_path):
     from tokenmill.pipelines import prepare
 
     outs = {}
-    for name, args in (("in_memory", ["--direct_running_mode=in_memory"]), ("mixed", MULTI)):
+    job = ["--direct_running_mode=multi_processing", f"--direct_num_workers={n_job}"]
+    for name, args in (("in_memory", ["--direct_running_mode=in_memory"]), ("mixed", job)):
         cfg = load_config(None, ["tokenize.vocab_size=1000"])
         cfg.inputs, cfg.output = sample_inputs(), str(tmp_path / name)
-        started = warm.start(["--direct_running_mode=multi_processing", "--direct_num_workers=1"]) if name == "mixed" else None
+        warm_args = ["--direct_running_mode=multi_processing", f"--direct_num_workers={n_warm}"]
+        started = warm.start(warm_args) if name == "mixed" else None
         try:
             prepare.run(cfg, args)
         finally:
             warm.stop()
         if started:
             assert os.path.exists(started.folder) is False
-            assert all(p.returncode == 0 for p in started.procs)  # claimed, ran, ended on its own
+            assert started.proc.returncode == 0  # claimed, ran, ended on its own
         outs[name] = tmp_path / name
     assert _rows(outs["mixed"]) == _rows(outs["in_memory"])
     shards = sorted(os.listdir(outs["in_memory"] / "shards"))

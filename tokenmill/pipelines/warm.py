@@ -5,6 +5,12 @@ workers). Started here, before the
 launcher's own imports, the workers import while the launcher does: that start-up leaves the
 critical path of every job (it is most of ``refilter``'s fixed cost).
 
+The workers are forked from one process (``worker.py --warm FOLDER N``) once it has imported Beam
+and tokenmill: the imports are done once, not once per worker, and the launcher has a core to
+itself while it builds the graph (bench/MEASUREMENTS.md: warm workers forked). That process binds
+every worker's socket first, then forks a worker per socket and waits for them; its workers end
+with it (PR_SET_PDEATHSIG), and it ends with the launcher.
+
 FnApiRunner still starts "its" workers through a command (launch._local_workers). With warm
 workers that command is a small attach process (``worker.py --attach FOLDER``): it claims a warm
 worker, hands it its environment (the runner's control address, the job's options, the worker
@@ -34,22 +40,29 @@ CONNECT_S = 20.0  # how long an attach waits for its claimed worker's socket to 
 
 
 class Warm:
-    """N warm workers waiting in ``folder`` (``<i>.sock``; ``<i>.claim`` once attached)."""
+    """N warm workers waiting in ``folder`` (``<i>.sock``; ``<i>.claim`` once attached), forked
+    from ``proc``."""
 
-    def __init__(self, folder: str, procs: list[subprocess.Popen]):
-        self.folder, self.procs = folder, procs
+    def __init__(self, folder: str, n: int, proc: subprocess.Popen):
+        self.folder, self.n, self.proc = folder, n, proc
 
     def close(self) -> None:
-        """Reaps the workers a job attached to (they end with it), ends the others (a job that
-        failed before its first bundle, one that ran fewer workers, a claim whose attach never
-        connected), and removes the folder."""
-        for i, proc in enumerate(self.procs):
-            if os.path.exists(os.path.join(self.folder, f"{i}.claim")):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        """Lets the workers a job attached to end with it, dismisses the others (a job that ran
+        fewer workers, one that failed before its first bundle), and removes the folder. With no
+        worker claimed, or a claim whose attach never connected, their process is ended: its
+        workers end with it."""
+        claimed = False
+        for i in range(self.n):
+            mine = _claim(self.folder, i)
+            if mine:
+                _dismiss(os.path.join(self.folder, f"{i}.sock"))
+            claimed = claimed or mine is False
+        if claimed:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -94,12 +107,11 @@ def start(beam_args: list[str]) -> Warm | None:
     main = threading.current_thread() is threading.main_thread()  # only there can signals be set
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None  # inherited: as the cold workers' command
     try:
-        procs = [subprocess.Popen([sys.executable, "-m", WORKER_MODULE, "--warm", os.path.join(folder, f"{i}.sock")],
-                                  stdin=subprocess.DEVNULL) for i in range(n)]
+        proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, "--warm", folder, str(n)], stdin=subprocess.DEVNULL)
     finally:
         if main:
             signal.signal(signal.SIGINT, old)
-    _current = Warm(folder, procs)
+    _current = Warm(folder, n, proc)
     return _current
 
 
@@ -111,7 +123,7 @@ def worker_command() -> str:
     cmd = f"trap '' INT; exec {shlex.quote(sys.executable)} -m {WORKER_MODULE}"
     if _current is None:
         return cmd
-    return f"{cmd} --attach {shlex.quote(_current.folder)} {len(_current.procs)}"
+    return f"{cmd} --attach {shlex.quote(_current.folder)} {_current.n}"
 
 
 def stop() -> None:
@@ -124,14 +136,48 @@ def stop() -> None:
 # ---------------------------------------------------------------- the worker's side
 
 
-def listen(path: str) -> socket.socket:
-    """A warm worker's first step, before its imports: its socket, so that an attach finds it."""
-    with contextlib.suppress(OSError, AttributeError):  # Linux: end with the launcher, whatever kills it
+def _end_with_parent() -> None:
+    """This process gets SIGTERM when its parent ends, whatever ends it (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(1)
-    return srv
+
+
+def listen(folder: str, n: int) -> list[socket.socket]:
+    """The warm process's first step, before its imports: every worker's socket, so that an
+    attach finds it."""
+    _end_with_parent()
+    socks = []
+    for i in range(n):
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(os.path.join(folder, f"{i}.sock"))
+        srv.listen(1)
+        socks.append(srv)
+    return socks
+
+
+def fork_workers(socks: list[socket.socket]) -> socket.socket:
+    """Forks a worker per socket; returns in each worker with its socket. This process waits
+    for its workers and exits (0 when every one did), without returning."""
+    parent = os.getpid()
+    for srv in socks:
+        if os.fork() == 0:
+            _end_with_parent()
+            if os.getppid() != parent:  # the parent ended before the line above
+                os._exit(1)
+            for other in socks:
+                if other is not srv:
+                    other.close()
+            return srv
+    for srv in socks:
+        srv.close()
+    failed = False
+    while True:
+        try:
+            _, status = os.wait()
+        except ChildProcessError:
+            break
+        failed = failed or status != 0
+    os._exit(1 if failed else 0)
 
 
 def wait_for_job(srv: socket.socket) -> socket.socket:
@@ -145,7 +191,10 @@ def wait_for_job(srv: socket.socket) -> socket.socket:
         if not chunk:
             raise SystemExit("tokenmill worker: the attach process left before its environment came")
         data += chunk
-    os.environ.update(json.loads(data))
+    env = json.loads(data)
+    if env is None:  # dismissed: the job needs no more workers
+        os._exit(0)
+    os.environ.update(env)
     return conn
 
 
@@ -161,12 +210,11 @@ def attach(folder: str, n: int) -> int:
     for its end. With none left to claim, or one whose socket never came, this process becomes a
     cold worker."""
     for i in range(n):
-        try:  # O_EXCL: of two attach processes, one claims worker i
-            os.close(os.open(os.path.join(folder, f"{i}.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            continue
-        except OSError:
+        claimed = _claim(folder, i)
+        if claimed is None:
             break
+        if not claimed:
+            continue
         conn = _connect(os.path.join(folder, f"{i}.sock"))
         if conn is None:
             break
@@ -174,6 +222,25 @@ def attach(folder: str, n: int) -> int:
         return 0 if conn.recv(1) == b"0" else 1
     os.execv(sys.executable, [sys.executable, "-m", WORKER_MODULE])
     return 1  # not reached
+
+
+def _claim(folder: str, i: int) -> bool | None:
+    """Claims worker i (O_EXCL: of two claims, one wins); None when the folder is gone."""
+    try:
+        os.close(os.open(os.path.join(folder, f"{i}.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        return None
+
+
+def _dismiss(path: str) -> None:
+    """Tells an unclaimed worker it will get no job (it exits); nothing when it is not listening."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(1.0)
+        conn.connect(path)
+        conn.sendall(b"null\n")
 
 
 def _connect(path: str) -> socket.socket | None:

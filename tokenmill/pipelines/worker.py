@@ -7,8 +7,8 @@
   that took it would print a KeyboardInterrupt traceback, wherever it was (often mid-import).
   The launcher's command ignores SIGINT before exec already, so Python never installs its
   handler; ignoring it here as well covers a worker started some other way.
-* Started with ``--warm SOCKET``, it loads Beam and tokenmill first and then waits for the job's
-  environment from an attach process (``--attach``; see warm.py).
+* Started with ``--warm FOLDER N``, it loads Beam and tokenmill first, then forks N workers that
+  each wait for a job's environment from an attach process (``--attach``; see warm.py).
 * Beam is loaded without its unused optional modules (beamload): a shorter start for every
   worker. A worker started another way (Dataflow's harness, a worker pool) is unchanged.
 * Once the harness returns (the runner closed the control channel), every bundle is committed
@@ -41,7 +41,7 @@ def _shown(record: logging.LogRecord) -> bool:
 
 
 def main() -> None:
-    srv = None
+    socks = None
     if sys.argv[1:2] == ["--attach"]:  # FnApiRunner's worker command when warm workers wait (warm)
         from tokenmill.pipelines import warm
 
@@ -49,7 +49,7 @@ def main() -> None:
     if sys.argv[1:2] == ["--warm"]:
         from tokenmill.pipelines import warm
 
-        srv = warm.listen(sys.argv[2])
+        socks = warm.listen(sys.argv[2], int(sys.argv[3]))
     # Before Beam's imports: one of them logs a warning on the root logger, which would give it
     # a handler printing everything Beam logs at INFO.
     handler = logging.StreamHandler(os.fdopen(os.dup(2), "w", buffering=1))
@@ -65,11 +65,11 @@ def main() -> None:
 
     harness = import_lean("apache_beam.runners.worker.sdk_worker_main")
     conn = None
-    if srv is not None:
+    if socks is not None:
         import tokenmill.pipelines.prepare  # noqa: F401 - what the job's steps need, while waiting
 
         warm.preload()
-        conn = warm.wait_for_job(srv)
+        conn = warm.wait_for_job(warm.fork_workers(socks))
     harness.main(sys.argv)
     if conn is not None:
         warm.done(conn)
