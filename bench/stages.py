@@ -18,7 +18,7 @@ speed on the same documents. For every stage this script times, on the same docu
   tokenize  ``Tokenizer.encode_batch_fast`` (what the stage calls) in batches of ``tokenize.batch_size``
   ========  ==========================================================================
 
-- Beam: pipeline A = ``read docs | stage | Count.Globally()`` and pipeline B = the same
+- Beam (loaded as ``prepare`` loads it: pipelines/beamload.py): pipeline A = ``read docs | stage | Count.Globally()`` and pipeline B = the same
   without the stage (the docs come from a pickle file, not ``Create``: see ``run_beam``), both
   on the in-process FnApiRunner with one worker (``--runner=FnApiRunner
   --direct_running_mode=in_memory --direct_num_workers=1``), so the bare loop and Beam each
@@ -80,7 +80,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 SHARED = Path(os.environ.get("TOKENMILL_SHARED_DATA", REPO.parent / "shared" / "data"))
 
-import apache_beam as beam  # noqa: E402
+from tokenmill.pipelines.beamload import import_lean  # noqa: E402
+
+# Beam as prepare loads it, in the launcher and every worker: its state sampler at 20 ms, graph
+# introspection cached (bench/MEASUREMENTS.md), so that the stage's cost is what a job pays.
+beam = import_lean("apache_beam")
 import scaling  # noqa: E402
 from apache_beam.metrics import Metrics  # noqa: E402
 from apache_beam.metrics.metric import MetricsFilter  # noqa: E402
