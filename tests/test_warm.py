@@ -3,6 +3,7 @@ claimed by FnApiRunner's attach processes; a job with more workers than warm one
 cold. The output is the same either way, and nothing is left behind."""
 
 import os
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -39,6 +40,33 @@ def test_unclaimed_workers_end_with_the_launchers_job():
     assert started.proc.poll() is not None
     assert not os.path.exists(started.folder)
     assert "--attach" not in warm.worker_command()  # a cold worker again
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_the_workers_are_forked_and_their_parent_keeps_no_imports():
+    """One process imports, forks a worker per socket, and becomes a small reaper: its imports
+    would otherwise be counted again in the job's memory."""
+    started = warm.start(MULTI)
+    try:
+        pid, deadline = started.proc.pid, time.monotonic() + 120
+        while b"-S" not in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"):
+            assert time.monotonic() < deadline, "the warm process never forked its workers"
+            time.sleep(0.1)
+        status = open(f"/proc/{pid}/status").read()
+        assert int(status.split("VmRSS:")[1].split()[0]) < 40_000  # kB: a bare Python, not Beam's
+        kids = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = open(f"/proc/{p}/stat", "rb").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(b")", 1)[1].split()[1]) == pid:
+                kids.append(p)
+        assert len(kids) == 2
+        assert all(warm.WORKER_MODULE.encode() in open(f"/proc/{k}/cmdline", "rb").read() for k in kids)
+    finally:
+        warm.stop()
+    assert started.proc.poll() is not None and not os.path.exists(started.folder)
 
 
 def test_a_claimed_worker_whose_job_never_came_is_ended_too():

@@ -8,8 +8,8 @@ critical path of every job (it is most of ``refilter``'s fixed cost).
 The workers are forked from one process (``worker.py --warm FOLDER N``) once it has imported Beam
 and tokenmill: the imports are done once, not once per worker, and the launcher has a core to
 itself while it builds the graph (bench/MEASUREMENTS.md: warm workers forked). That process binds
-every worker's socket first, then forks a worker per socket and waits for them; its workers end
-with it (PR_SET_PDEATHSIG), and it ends with the launcher.
+every worker's socket first, then forks a worker per socket and becomes a small process that
+reaps them; its workers end with it (PR_SET_PDEATHSIG), and it ends with the launcher.
 
 FnApiRunner still starts "its" workers through a command (launch._local_workers). With warm
 workers that command is a small attach process (``worker.py --attach FOLDER``): it claims a warm
@@ -155,9 +155,24 @@ def listen(folder: str, n: int) -> list[socket.socket]:
     return socks
 
 
+# What the forking process becomes once its workers are forked: a bare Python (-I -S: no site,
+# ~10 MB) that reaps them and exits, 0 when every one did. It keeps its pid, so the workers stay
+# its children (and end with it), and keeps WORKER_MODULE in its command line (end_workers).
+_REAPER = """import os
+failed = 0
+while True:
+    try:
+        failed = failed or os.wait()[1]
+    except ChildProcessError:
+        break
+os._exit(1 if failed else 0)
+"""
+
+
 def fork_workers(socks: list[socket.socket]) -> socket.socket:
-    """Forks a worker per socket; returns in each worker with its socket. This process waits
-    for its workers and exits (0 when every one did), without returning."""
+    """Forks a worker per socket; returns in each worker with its socket. This process then
+    becomes a small reaper of its workers (exec): what it imported would otherwise stay in memory
+    for the whole job, counted once more in the process tree's RSS."""
     parent = os.getpid()
     for srv in socks:
         if os.fork() == 0:
@@ -170,14 +185,8 @@ def fork_workers(socks: list[socket.socket]) -> socket.socket:
             return srv
     for srv in socks:
         srv.close()
-    failed = False
-    while True:
-        try:
-            _, status = os.wait()
-        except ChildProcessError:
-            break
-        failed = failed or status != 0
-    os._exit(1 if failed else 0)
+    os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", _REAPER, WORKER_MODULE])
+    raise AssertionError("not reached")
 
 
 def wait_for_job(srv: socket.socket) -> socket.socket:
