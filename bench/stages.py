@@ -64,6 +64,7 @@ import gzip
 import logging
 import os
 import pickle
+import statistics
 import sys
 import tempfile
 import time
@@ -339,11 +340,6 @@ def since(t0: dict[str, float]) -> dict[str, float]:
     return {c: t1[c] - t0[c] for c in CLOCKS}
 
 
-def keep_best(best: dict[str, float], new: dict[str, float]) -> None:
-    for c in CLOCKS:
-        best[c] = min(best.get(c, float("inf")), new[c])
-
-
 def timed(fn: Callable[[], None]) -> dict[str, float]:
     gc.collect()  # garbage of the previous run is not this run's cost
     t0 = now()
@@ -394,15 +390,14 @@ class Case:
     # False where the stage does not give one element per document (dedup gives a verdict per
     # member of a cluster): its sink count is not checked, only the source-only run's.
     one_out_per_doc: bool = True
-    # Best seconds per clock: bare loops by label; A and B on all docs and on FIXED_DOCS docs.
-    bare: dict[str, dict[str, float]] = field(default_factory=dict)
-    a: dict[str, float] = field(default_factory=dict)
-    b: dict[str, float] = field(default_factory=dict)
-    a_fixed: dict[str, float] = field(default_factory=dict)
-    b_fixed: dict[str, float] = field(default_factory=dict)
     # Each round's own figures ({"bare:<label>", "a", "b", "a_fixed", "b_fixed"} -> seconds per
-    # clock): the ratios are taken within a round, minutes apart at most, then their median.
+    # clock; A and B on all docs and on FIXED_DOCS docs): the ratios are taken within a round,
+    # minutes apart at most, then their median.
     rounds: list[dict[str, dict[str, float]]] = field(default_factory=list)
+
+    def best(self, key: str) -> dict[str, float]:
+        """The best seconds of ``key`` over the rounds, per clock."""
+        return {c: min(r[key][c] for r in self.rounds) for c in CLOCKS}
 
     def round_ratios(self, label: str, clock: str, per_doc: bool = False) -> list[float]:
         out = []
@@ -460,20 +455,14 @@ def measure(case: Case, repeat: int, tmp: str) -> None:
     n = len(case.docs)
     full = write_docs(case.docs, os.path.join(tmp, f"{case.stage}.pickle"))
     small = write_docs(case.docs[:FIXED_DOCS], os.path.join(tmp, f"{case.stage}-fixed.pickle"))
-    runs = [("a", full, case.beam_stage, case.a, n), ("b", full, None, case.b, n),
-            ("a_fixed", small, case.beam_stage, case.a_fixed, min(n, FIXED_DOCS)),
-            ("b_fixed", small, None, case.b_fixed, min(n, FIXED_DOCS))]
+    runs = [("a", full, case.beam_stage, n), ("b", full, None, n),
+            ("a_fixed", small, case.beam_stage, min(n, FIXED_DOCS)), ("b_fixed", small, None, min(n, FIXED_DOCS))]
     for r in range(repeat):
-        this: dict[str, dict[str, float]] = {}
-        for label, fn in case.bares:
-            this[f"bare:{label}"] = timed(fn)
-            keep_best(case.bare.setdefault(label, {}), this[f"bare:{label}"])
-        for key, path, stage, best, expected in runs if r % 2 == 0 else runs[::-1]:
-            took, got = run_beam(path, stage)
+        this = {f"bare:{label}": timed(fn) for label, fn in case.bares}
+        for key, path, stage, expected in runs if r % 2 == 0 else runs[::-1]:
+            this[key], got = run_beam(path, stage)
             if got != expected and (stage is None or case.one_out_per_doc):
                 raise SystemExit(f"stages: {case.stage}: {got} documents reached the sink, expected {expected}")
-            this[key] = took
-            keep_best(best, took)
         case.rounds.append(this)
 
 
@@ -482,11 +471,8 @@ def ratio_of(bare: float, stage: float) -> str:
 
 
 def median(xs: list[float]) -> float:
-    xs = sorted(x for x in xs if x == x)  # a round whose stage was within the noise (nan) is left out
-    if not xs:
-        return float("nan")
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    xs = [x for x in xs if x == x]  # a round whose stage was within the noise (nan) is left out
+    return statistics.median(xs) if xs else float("nan")
 
 
 def pct(x: float) -> str:
@@ -545,9 +531,10 @@ def main() -> int:
         t0 = time.perf_counter()
         measure(case, args.repeat, tmp.name)
         c = args.clock
-        print(f"  {case.stage}: {len(case.docs):,} docs, bare "
-              f"{' / '.join(f'{b[c]:.2f}' for b in case.bare.values())} s, Beam A {case.a[c]:.2f} s, "
-              f"B {case.b[c]:.2f} s; on {FIXED_DOCS} docs A {case.a_fixed[c]:.2f} s, B {case.b_fixed[c]:.2f} s "
+        a, b, a_fixed, b_fixed = (case.best(k)[c] for k in ("a", "b", "a_fixed", "b_fixed"))
+        bares = " / ".join(f"{case.best('bare:' + label)[c]:.2f}" for label, _ in case.bares)
+        print(f"  {case.stage}: {len(case.docs):,} docs, bare {bares} s, Beam A {a:.2f} s, "
+              f"B {b:.2f} s; on {FIXED_DOCS} docs A {a_fixed:.2f} s, B {b_fixed:.2f} s "
               f"({args.clock} time; {time.perf_counter() - t0:.0f} s wall)", flush=True)
     tmp.cleanup()
 
@@ -560,9 +547,10 @@ def main() -> int:
           f"{'per-doc ratio':>13} {other + ' ratio':>10}")
     for case in cases:
         n = len(case.docs)
-        stage_s = case.a[c] - case.b[c]
-        fixed = case.a_fixed[c] - case.b_fixed[c]
-        for label, bare in case.bare.items():
+        stage_s = case.best("a")[c] - case.best("b")[c]
+        fixed = case.best("a_fixed")[c] - case.best("b_fixed")[c]
+        for label, _ in case.bares:
+            bare = case.best(f"bare:{label}")
             rounds = case.round_ratios(label, c)
             ratio = median(rounds)
             spread = f"{pct(min(rounds))}-{pct(max(rounds))}" if all(x == x for x in rounds) else "some in the noise"

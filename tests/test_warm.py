@@ -54,16 +54,12 @@ def test_the_workers_are_forked_and_their_parent_keeps_no_imports():
             time.sleep(0.1)
         status = open(f"/proc/{pid}/status").read()
         assert int(status.split("VmRSS:")[1].split()[0]) < 40_000  # kB: a bare Python, not Beam's
-        kids = []
-        for p in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                stat = open(f"/proc/{p}/stat", "rb").read()
-            except OSError:
-                continue
-            if int(stat.rsplit(b")", 1)[1].split()[1]) == pid:
-                kids.append(p)
+        from tokenmill.pipelines.launch import processes
+
+        parent, cmd = processes()
+        kids = [p for p, pp in parent.items() if pp == pid]
         assert len(kids) == 2
-        assert all(warm.WORKER_MODULE.encode() in open(f"/proc/{k}/cmdline", "rb").read() for k in kids)
+        assert all(warm.WORKER_MODULE.encode() in cmd[k] for k in kids)
     finally:
         warm.stop()
     assert started.proc.poll() is not None and not os.path.exists(started.folder)

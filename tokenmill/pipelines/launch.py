@@ -232,19 +232,28 @@ def _local_workers(options: PipelineOptions, runner: PipelineRunner) -> Pipeline
     return FnApiRunner(default_environment=env)
 
 
-def end_workers() -> None:
-    """SIGTERM to this process's multi_processing workers (Linux: found in /proc)."""
-    me, parent, cmd = os.getpid(), {}, {}
+def processes() -> tuple[dict[int, int], dict[int, bytes]]:
+    """Every process's parent pid and command line (NUL-separated), from /proc (Linux; empty
+    elsewhere). A process that ends meanwhile is left out."""
+    parent: dict[int, int] = {}
+    cmd: dict[int, bytes] = {}
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return
+        return parent, cmd
     for pid in pids:
         with contextlib.suppress(OSError, ValueError, IndexError):
             with open(f"/proc/{pid}/stat", "rb") as fh:
                 parent[pid] = int(fh.read().rsplit(b")", 1)[1].split()[1])
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmd[pid] = fh.read()
+    return parent, cmd
+
+
+def end_workers() -> None:
+    """SIGTERM to this process's multi_processing workers (Linux: found in /proc)."""
+    me = os.getpid()
+    parent, cmd = processes()
     mine, todo = set(), [me]
     while todo:  # descendants: Beam starts each worker through sh -c
         pid = todo.pop()
