@@ -2,16 +2,21 @@
 # A real Flink cluster, a real Spark cluster and Prism on this machine, for trying and testing
 # `tokenmill prepare` on Beam's cluster runners.
 #
-#   scripts/cluster.sh install [flink|spark|prism|all]   fetch the engines, build the job servers
-#   scripts/cluster.sh up      [flink|spark|pool|all]    start (again: restarts what died)
-#   scripts/cluster.sh down    [flink|spark|pool|all]    stop
+#   scripts/cluster.sh install [flink|spark|prism|s3|all]   fetch the engines, build the job servers
+#   scripts/cluster.sh up      [flink|spark|pool|s3|all]    start (again: restarts what died)
+#   scripts/cluster.sh down    [flink|spark|pool|s3|all]    stop
 #   scripts/cluster.sh status                            what runs, and where
 #   scripts/cluster.sh flags   flink|flink-external|spark|prism   the `prepare` flags for it
+#   scripts/cluster.sh env     s3                        `export AWS_...` lines that reach the S3 server
+#
+# s3: Versity's S3 gateway (Apache-2.0, POSIX backend under .cluster/run/s3/data), on 127.0.0.1
+# only, with credentials generated at first `up` (.cluster/run/s3/credentials, mode 600) and a
+# bucket named tokenmill. `eval "$(scripts/cluster.sh env s3)"`, then s3://tokenmill/... works.
 #
 # Versions: cluster/versions.env (engines, Prism) and the venv's apache-beam (job servers).
 # Everything lands in .cluster/ (TOKENMILL_CLUSTER_HOME): engines, jars, pid files, logs.
 # Ports (env overrides): FLINK_REST_PORT 8081, SPARK_MASTER_PORT 7077, SPARK_UI_PORT 8080,
-# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000; FLINK_TASKMANAGERS 2.
+# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000, S3_PORT 7070; FLINK_TASKMANAGERS 2.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +34,8 @@ SPARK_MASTER_PORT=${SPARK_MASTER_PORT:-7077}
 SPARK_UI_PORT=${SPARK_UI_PORT:-8080}
 SPARK_WORKER_UI_PORT=${SPARK_WORKER_UI_PORT:-8082}
 POOL_PORT=${POOL_PORT:-50000}
+S3_PORT=${S3_PORT:-7070}
+S3_BUCKET=${S3_BUCKET:-tokenmill}
 # Spark 3.2 predates its own Java 17 support (3.3 passes these itself); the executors the worker
 # starts inherit them through the java launcher's JDK_JAVA_OPTIONS.
 JAVA17_OPENS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
@@ -50,6 +57,7 @@ beam_version() {
 flink_jar() { echo "$HOME_DIR/jars/beam-runners-flink-$FLINK_MINOR-job-server-$(beam_version).jar"; }
 spark_jar() { echo "$HOME_DIR/jars/beam-runners-spark-3-job-server-$(beam_version).jar"; }
 prism_bin() { echo "$HOME_DIR/bin/prism-$PRISM_VERSION"; }
+s3_bin() { echo "$HOME_DIR/bin/versitygw-$VERSITYGW_VERSION"; }
 
 # ---- install ---------------------------------------------------------------------------------
 
@@ -89,6 +97,15 @@ install_prism() {
   mkdir -p "$HOME_DIR/bin"
   GOBIN="$HOME_DIR/bin" go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$PRISM_VERSION"
   mv "$HOME_DIR/bin/prism" "$(prism_bin)"
+}
+
+install_s3() {
+  [ -x "$(s3_bin)" ] && return
+  command -v go >/dev/null || die "Versity's S3 gateway is built with Go: install go"
+  mkdir -p "$HOME_DIR/bin"
+  echo "building Versity's S3 gateway $VERSITYGW_VERSION (Go module proxy, ~3 min)..."
+  GOBIN="$HOME_DIR/bin" go install "github.com/versity/versitygw/cmd/versitygw@v$VERSITYGW_VERSION"
+  mv "$HOME_DIR/bin/versitygw" "$(s3_bin)"
 }
 
 # ---- processes -------------------------------------------------------------------------------
@@ -218,6 +235,37 @@ up_pool() {  # Beam's worker pool, for --environment_type=EXTERNAL: SDK workers 
 
 down_pool() { stop "$RUN/pool/pool.pid"; }
 
+s3_credentials() {  # generated once, kept for the next `up`: KEY SECRET
+  local f=$RUN/s3/credentials
+  if [ ! -s "$f" ]; then
+    mkdir -p "$RUN/s3"
+    (umask 077; "$PY" -c 'import secrets; print("TM" + secrets.token_hex(9).upper(), secrets.token_urlsafe(30))' > "$f")
+  fi
+  cat "$f"
+}
+
+up_s3() {
+  [ -x "$(s3_bin)" ] || die "no S3 gateway in $HOME_DIR: run 'scripts/cluster.sh install s3' first"
+  local key secret
+  read -r key secret < <(s3_credentials)
+  mkdir -p "$RUN/s3/data/$S3_BUCKET"
+  # the credentials reach the server through its environment, never its command line (ps shows that)
+  spawn "$RUN/s3/s3.pid" "$RUN/s3/s3.out" env ROOT_ACCESS_KEY="$key" ROOT_SECRET_KEY="$secret" \
+    "$(s3_bin)" --port "127.0.0.1:$S3_PORT" --keep-alive --quiet posix "$RUN/s3/data"
+  wait_for "the S3 gateway (127.0.0.1:$S3_PORT)" 30 \
+    "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $S3_PORT), 1)"
+  echo "s3: Versity S3 gateway up, http://127.0.0.1:$S3_PORT, bucket s3://$S3_BUCKET (eval \"\$(scripts/cluster.sh env s3)\")"
+}
+
+down_s3() { stop "$RUN/s3/s3.pid"; }
+
+env_s3() {
+  local key secret
+  read -r key secret < <(s3_credentials)
+  echo "export AWS_ENDPOINT_URL=http://127.0.0.1:$S3_PORT AWS_REGION=us-east-1"
+  echo "export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret"
+}
+
 status() {
   local f
   for f in "$RUN"/*/*.pid; do
@@ -244,12 +292,13 @@ engines() { if [ "${1:-all}" = all ]; then echo "$2"; else echo "$1"; fi; }
 
 cmd=${1:-}; what=${2:-all}
 case $cmd in
-  install) for e in $(engines "$what" "flink spark prism"); do "install_$e"; done ;;
-  up) for e in $(engines "$what" "flink spark pool"); do "up_$e"; done ;;
-  down) for e in $(engines "$what" "pool spark flink"); do "down_$e"; done ;;
+  install) for e in $(engines "$what" "flink spark prism s3"); do "install_$e"; done ;;
+  up) for e in $(engines "$what" "s3 flink spark pool"); do "up_$e"; done ;;
+  down) for e in $(engines "$what" "pool spark flink s3"); do "down_$e"; done ;;
+  env) [ "$what" = s3 ] || die "env: s3"; env_s3 ;;
   status) status ;;
   flags) flags "$what" ;;
   _flink_taskmanagers) flink_taskmanagers ;;
   _spark_workers) spark_workers ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ def _remote(path: str) -> bool:
 
 
 def _beam_fs():
-    from apache_beam.io.filesystems import FileSystems
+    from tokenmill.beamfs import FileSystems
 
     return FileSystems
 
@@ -46,6 +46,12 @@ def open_read(path: str):
 
 def exists(path: str) -> bool:
     return _beam_fs().exists(path) if _remote(path) else os.path.exists(path)
+
+
+def open_shard(path: str):
+    """A shard to read with ``pa.ipc.open_file``: memory-mapped when local, streamed (range
+    reads) from an object store."""
+    return open_read(path) if _remote(path) else pa.memory_map(path)
 
 
 def file_size(path: str) -> int:
@@ -324,8 +330,7 @@ def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1), chec
 
 def count_shard(path: str) -> tuple[int, int]:
     # Local shards are memory-mapped; remote ones (gs://, s3://) are read through FileSystems.
-    opener = open_read if _remote(path) else pa.memory_map
-    with opener(path) as source:
+    with open_shard(path) as source:
         reader = pa.ipc.open_file(source)
         docs = tokens = 0
         for i in range(reader.num_record_batches):
@@ -336,3 +341,72 @@ def count_shard(path: str) -> tuple[int, int]:
             docs += batch.num_rows
             tokens += len(batch.column("tokens").values)
     return docs, tokens
+
+
+# ---------------------------------------------------------------- an output on an object store
+
+
+def _remote_manifest(out: str) -> dict | None:
+    try:
+        with open_read(join(out, "manifest.json")) as fh:
+            manifest = json.loads(fh.read().decode("utf-8"))
+    except Exception:  # noqa: BLE001 - no manifest: no committed root
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def published(out: str, *parts: str) -> str:
+    """The path of a published file of OUT (``published(out, "report", "report.json")``): under
+    OUT itself, or, on an object store, under the root its manifest commits
+    (pipelines/commit.py)."""
+    if _remote(out) and (manifest := _remote_manifest(out)) is not None:
+        root = manifest.get("root")
+        if isinstance(root, str) and _shard_file_problem(root) is None:
+            return join(out, root, *parts)
+    return join(out, *parts)
+
+
+def local_view(out: str, files: bool = False) -> str:
+    """A local folder that reads as OUT for what needs local files (the trainer memory-maps its
+    shards): OUT itself when local; for an object store, its manifest and the files it lists
+    (the shards and tokenizer; with ``files``, every other published file too, the docs among
+    them), each fetched once into the local cache and checked against the manifest's sha256
+    before use (store.cached), linked under ``<cache>/views/<the manifest's sha256>/``."""
+    if not _remote(out):
+        return out
+    from tokenmill import store
+
+    st = store.Store(out)
+    raw = st.read(join(out, "manifest.json"))
+    if raw is None:
+        raise UserError(f"{join(out, 'manifest.json')}: missing (did `tokenmill prepare` finish?)")
+    try:
+        manifest = check_manifest(out, json.loads(raw.decode("utf-8")))
+    except ValueError:
+        raise UserError(f"{join(out, 'manifest.json')}: not valid JSON") from None
+    wanted = {s["file"]: (s["sha256"], s["bytes"]) for info in manifest["splits"].values() for s in info["shards"]}
+    tok = manifest["tokenizer"]
+    if isinstance(tok.get("sha256"), str):
+        wanted[tok.get("file", "tokenizer.json")] = (tok["sha256"], 0)
+    if files:
+        wanted.update({rel: (f["sha256"], f["bytes"]) for rel, f in manifest.get("files", {}).items()
+                       if isinstance(f, dict) and _shard_file_problem(rel) is None})
+    view = os.path.join(store.cache_dir(), "views", hashlib.sha256(raw).hexdigest())
+    keep = [sha for sha, _ in wanted.values()]
+
+    def link(item):
+        rel, (sha, size) = item
+        blob = store.cached(join(out, rel), sha, size, keep)
+        dest = os.path.join(view, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.realpath(dest) != blob:
+            tmp = f"{dest}.{os.getpid()}"
+            os.symlink(blob, tmp)
+            os.replace(tmp, dest)
+
+    store.parallel(link, sorted(wanted.items()))
+    tmp = os.path.join(view, f"manifest.json.{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(raw)
+    os.replace(tmp, os.path.join(view, "manifest.json"))
+    return view

@@ -81,7 +81,7 @@ def _fresh_private_dir() -> str:
 
 def _remote_identity(path: str) -> str | None:
     """What names this version of the remote object: None when its store says nothing."""
-    from apache_beam.io.filesystems import FileSystems
+    from tokenmill.beamfs import FileSystems
 
     parts: list = [path]
     try:
@@ -99,7 +99,7 @@ def _remote_identity(path: str) -> str | None:
 def _download(path: str, folder: str) -> tuple[str, str]:
     """The remote bytes into a new file in ``folder`` (mkstemp: O_EXCL, 0600, an unguessable
     name); (its path, their sha256)."""
-    from apache_beam.io.filesystems import FileSystems
+    from tokenmill.beamfs import FileSystems
 
     fd, tmp = tempfile.mkstemp(prefix=".part-", dir=folder)
     h = hashlib.sha256()

@@ -57,4 +57,6 @@ class SafeFormatter(logging.Formatter):
     keeps its lines."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return safe(super().format(record), newlines=True)
+        from tokenmill.store import redact  # no store credential reaches a log line
+
+        return redact(safe(super().format(record), newlines=True))

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.errors import UserError
-from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
+from tokenmill.format import check_vocab, load_manifest, open_shard, tokenizer_path, verify_output
 from tokenmill.pipelines.output import check_separate, new_stage
 
 WRITTEN = ".tokenmill-export.json"  # in an export folder: the files that export wrote
@@ -53,8 +53,7 @@ def _record_batches(out: str, manifest: dict, split: str) -> Iterator[pa.RecordB
     """Every record batch of a split, in shard order."""
     for shard in manifest["splits"].get(split, {}).get("shards", []):
         path = FileSystems.join(out, shard["file"])
-        opener = FileSystems.open if "://" in path else pa.memory_map
-        with opener(path) as source:
+        with open_shard(path) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
@@ -209,7 +208,10 @@ def export(out: str, fmt: str, folder: str) -> int:
     manifest = load_manifest(out)
     if not FileSystems.exists(folder):
         FileSystems.mkdirs(folder)
-    FileSystems.copy([tokenizer_path(out, manifest)], [FileSystems.join(folder, "tokenizer.json")])
+    with FileSystems.open(tokenizer_path(out, manifest)) as src:  # read and written: OUT and folder may be
+        tok = src.read()                                              # on different stores
+    with FileSystems.create(FileSystems.join(folder, "tokenizer.json")) as dst:
+        dst.write(tok)
     return writer(out, manifest, folder)
 
 

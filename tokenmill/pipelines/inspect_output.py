@@ -5,19 +5,19 @@ shards, and decode the first documents so a person sees what the trainer will re
 from __future__ import annotations
 
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 from rich.console import Console
 from rich.table import Table
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.errors import UserError
-from tokenmill.format import check_vocab, load_manifest, tokenizer_path, verify_output
+from tokenmill.format import check_vocab, load_manifest, open_shard, tokenizer_path, verify_output
 from tokenmill.terminal import console as safe_console
 from tokenmill.terminal import markup as m
 from tokenmill.transforms.tokenization import tokenizer_from_json
 
 
 def first_docs(path: str, n: int) -> list[tuple[str, list[int]]]:
-    with pa.memory_map(path) as source:
+    with open_shard(path) as source:
         reader = pa.ipc.open_file(source)
         out = []
         for i in range(reader.num_record_batches):
@@ -33,8 +33,7 @@ def max_token_id(path: str) -> int | None:
     """The largest token id in a shard; None when it holds no tokens."""
     import pyarrow.compute as pc
 
-    opener = FileSystems.open if "://" in path else pa.memory_map
-    with opener(path) as source:
+    with open_shard(path) as source:
         reader = pa.ipc.open_file(source)
         tops = [pc.max(reader.get_batch(i).column("tokens").values).as_py() for i in range(reader.num_record_batches)]
     return max((t for t in tops if t is not None), default=None)

@@ -6,7 +6,13 @@ last (the contract: a manifest names a complete output). A failed, interrupted o
 leaves the previous output whole; its stage folder is removed then, or by the next run.
 
 A local OUT is locked with ``flock`` for the whole run: the kernel releases it when the process
-dies, so a crashed run never leaves it stuck. Object stores (gs://, s3://) have no such lock.
+dies, so a crashed run never leaves it stuck.
+
+An object store has no rename and no flock, so an OUT there (s3://) has its own protocol
+(pipelines/commit.py): files are written once, under their final names, in a fresh
+``OUT/tokenmill-run-<time>-<id>/`` prefix, and the run commits by writing ``OUT/manifest.json``
+(one PutObject, atomic), which names that prefix as its ``root``; readers go through it. The
+lock is an object taken with a conditional write and held by a lease.
 
 OUT may be a folder someone else made. Nothing here follows a symbolic link inside it: the
 lock is opened with O_NOFOLLOW, a folder the run writes into (docs/, shards/, report/samples/,
@@ -26,9 +32,9 @@ import stat
 import uuid
 from collections.abc import Iterator
 
-from apache_beam.io.filesystems import FileSystems
-
+from tokenmill.beamfs import FileSystems
 from tokenmill.errors import UserError
+from tokenmill.pipelines import commit
 
 # What a run owns under OUT, the manifest first. Only these are replaced: a user's own files
 # beside them (OUT = a project folder with its own docs/) are left alone.
@@ -51,7 +57,8 @@ def _local(out: str) -> bool:
 def locked(out: str) -> Iterator[None]:
     """Hold OUT for this run, or refuse in one line when another run holds it."""
     if not _local(out):
-        yield
+        with commit.lease(out):
+            yield
         return
     lock = os.path.join(out, LOCK_NAME)
     try:
@@ -145,7 +152,10 @@ def remove_leftovers(out: str) -> None:
     """Folders of runs killed before they could clean up. A stage marked complete was being
     published when its run died: the publish is finished (the previous output is already partly
     replaced); any other stage is an unfinished run's and is removed, as are old folders."""
-    if not (_local(out) and os.path.isdir(out)):
+    if not _local(out):
+        commit.sweep(out)
+        return
+    if not os.path.isdir(out):
         return
     # A link by one of these names is not a run's: it is neither entered nor removed.
     names = [n for n in sorted(os.listdir(out)) if n.startswith((STAGE_PREFIX, OLD_PREFIX))
@@ -159,13 +169,17 @@ def remove_leftovers(out: str) -> None:
 
 
 def new_stage(out: str) -> str:
+    if not _local(out):
+        return commit.new_root(out)
     stage = FileSystems.join(out, STAGE_PREFIX + uuid.uuid4().hex[:8])
-    if _local(stage):
-        os.makedirs(stage)
+    os.makedirs(stage)
     return stage
 
 
 def discard(stage: str) -> None:
+    if not _local(stage):
+        commit.discard(stage)
+        return
     with contextlib.suppress(OSError):
         _remove(stage)
 
@@ -187,7 +201,11 @@ def _move_in(stage: str, out: str) -> None:
 def publish(stage: str, out: str) -> None:
     """Replace OUT's previous output by the staged one, file by file. The previous manifest goes
     first and the new one comes last, so no reader ever finds a manifest beside another run's
-    shards. The stage is marked complete first: a run killed half-way is finished by the next."""
+    shards. The stage is marked complete first: a run killed half-way is finished by the next.
+    On an object store: commit.publish (no file moves)."""
+    if not _local(out):
+        commit.publish(stage, out, [p for p in OWNED if p != "manifest.json"])
+        return
     with FileSystems.create(FileSystems.join(stage, COMPLETE)) as fh:
         fh.write(b"")
     old = FileSystems.join(out, OLD_PREFIX + uuid.uuid4().hex[:8])

@@ -14,9 +14,9 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import xxhash
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.pvalue import TaggedOutput
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.config import JobConfig
 from tokenmill.format import shard_schema, split_of
 from tokenmill.memory import GiveBack

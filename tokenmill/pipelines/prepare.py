@@ -15,11 +15,12 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
 from tokenmill import __version__
+from tokenmill.beamfs import FileSystems
 from tokenmill.config import JobConfig
 from tokenmill.errors import UserError
+from tokenmill.format import published
 from tokenmill.pipelines import launch, output, phases, progress_line
 from tokenmill.pipelines.export_formats import export, export_format
 from tokenmill.pipelines.phases import FinishFn, StashFn
@@ -259,4 +260,4 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | N
         if export_error is not None:
             raise UserError(f"{cfg.output} is written, but not its shards.formats exports: {export_error}; "
                             f"retry them with `tokenmill export {cfg.output} --format ...`")
-    return FileSystems.join(cfg.output, "report", "report.json")
+    return published(cfg.output, "report", "report.json")

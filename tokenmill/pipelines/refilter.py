@@ -28,9 +28,9 @@ import json
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from pydantic import ValidationError
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.config import JobConfig, load_validated
 from tokenmill.errors import UserError, first_line
 from tokenmill.pipelines import output as output_folder

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import xxhash
 import zstandard
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
+from tokenmill.beamfs import CompressionTypes, FileSystems
 from tokenmill.transforms.readers.formats import estimate_token_bytes  # noqa: F401 - sized here
 
 TMP = ".tmp"  # under the run's stage folder; removed before the output is published

@@ -11,9 +11,8 @@ import contextlib
 import functools
 import os
 
-from apache_beam.io.filesystems import FileSystems
-
 from tokenmill import native
+from tokenmill.beamfs import FileSystems
 from tokenmill.config import LanguageConfig
 from tokenmill.errors import UserError
 from tokenmill.private import is_throwaway, local_copy

@@ -15,8 +15,8 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.transforms.stages import ORDER as STAGES
 from tokenmill.transforms.stages import REPORT_COLUMNS
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.format import ShardWriter, build_manifest, load_manifest, shard_name, shard_schema
 from tokenmill.transforms.atomic_file import TempFile
 from tokenmill.transforms.stage_base import Stage

@@ -72,7 +72,7 @@ def read_tokenizer_json(path: str) -> str:
     """The JSON text of the user's tokenizer, not parsed (``check_tokenizer`` does that once per
     job: parsing a large vocabulary is slow, bench/MEASUREMENTS.md); one clear error line if
     unreadable."""
-    from apache_beam.io.filesystems import FileSystems
+    from tokenmill.beamfs import FileSystems
 
     try:
         with FileSystems.open(path) as fh:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
+from tokenmill.beamfs import CompressionTypes, FileSystems
 from tokenmill.errors import UserError
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from apache_beam.io.filesystem import FileSystem
-from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import path_text
 

@@ -11,8 +11,8 @@ from typing import IO, Any
 
 import zstandard
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
+from tokenmill.beamfs import FileSystems
 from tokenmill.config import ReadConfig
 from tokenmill.errors import UserError
 from tokenmill.transforms.doc import new_doc

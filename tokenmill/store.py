@@ -1,0 +1,425 @@
+"""Object stores (s3://, gs://) beside local paths: one client per process, Beam's S3 filesystem
+made fit for many small files, the operations the output's commit protocol needs, the secrets
+kept out of every line, and a verified local cache for what must be a local file (the trainer's
+memory-mapped shards).
+
+Credentials and the endpoint come from the usual places: the AWS environment variables
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), ``~/.aws``, or Beam's ``--s3_*`` flags, which
+``absorb_flags`` moves into this process's environment so that every local worker inherits them
+(a remote runner's workers get them through the job, as Beam sends every option). ``gs://`` goes
+through Beam's GCS filesystem (google-cloud-storage; ``STORAGE_EMULATOR_HOST`` for an emulator).
+
+Nothing here imports Beam or boto3 at module load: the trainer imports this module too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from tokenmill.errors import UserError
+
+# Beam's flag -> the environment variable boto3 reads. The secret ones are never printed.
+FLAG_ENV = {"s3_access_key_id": "AWS_ACCESS_KEY_ID", "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+            "s3_session_token": "AWS_SESSION_TOKEN", "s3_endpoint_url": "AWS_ENDPOINT_URL",
+            "s3_region_name": "AWS_REGION"}
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN")
+# Bounded retries with backoff (botocore's "standard" mode: exponential, jittered, throttling
+# errors included): a throttling store slows a run down, a dead one ends it within ~a minute.
+RETRIES = 6
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 60
+PARALLEL = 16  # requests in flight for listings' follow-ups, deletes, uploads, hashes
+
+
+def remote(path: str) -> bool:
+    return "://" in path
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``s3://bucket/key`` -> ("s3", "bucket", "key")."""
+    scheme, _, rest = url.partition("://")
+    bucket, _, key = rest.partition("/")
+    return scheme, bucket, key
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def absorb_flags(beam_args: list[str], keep: bool) -> list[str]:
+    """Beam's ``--s3_*`` flags into this process's environment (boto3 reads it; local workers
+    inherit it), returned without them unless ``keep`` (a remote runner's workers need them in
+    the job's options). Must run before any worker process starts."""
+    rest = []
+    it = iter(range(len(beam_args)))
+    for i in it:
+        arg = beam_args[i]
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name in FLAG_ENV:
+            if not eq and i + 1 < len(beam_args):
+                value = beam_args[i + 1]
+                next(it, None)
+                if keep:
+                    rest += [arg, value]
+            elif keep:
+                rest.append(arg)
+            os.environ[FLAG_ENV[name]] = value
+            continue
+        rest.append(arg)
+    return rest
+
+
+def secrets() -> list[str]:
+    """Every secret this process knows of, longest first (a key inside another is still hidden)."""
+    found = {os.environ.get(k, "") for k in SECRET_ENV}
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+
+
+def redact(text: str) -> str:
+    for s in secrets():
+        text = text.replace(s, "***")
+    return text
+
+
+def describe(e: BaseException) -> str:
+    """A store error in one line: the service's code and message, no request ids or secrets."""
+    response = getattr(e, "response", None)
+    if isinstance(response, dict) and isinstance(response.get("Error"), dict):
+        err = response["Error"]
+        text = f"{err.get('Code', type(e).__name__)}: {err.get('Message', '')}".rstrip(": ")
+    else:
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return redact(re.sub(r"\s+", " ", text))[:300]
+
+
+# ---------------------------------------------------------------- one S3 client per process
+
+_clients: dict[tuple, object] = {}
+_clients_lock = threading.Lock()
+
+
+def s3_client(endpoint: str | None = None, key_id: str | None = None, secret: str | None = None,
+              token: str | None = None, region: str | None = None, verify=None, use_ssl: bool = True):
+    """boto3's S3 client for these settings (None: boto3's own lookup: environment, ~/.aws), made
+    once per process and shared by every thread (boto3 clients are thread-safe). Beam made one per
+    filesystem call: ~180 ms each here, most of a small job's time on a store."""
+    ident = (os.getpid(), endpoint, key_id, secret, token, region, verify, use_ssl,
+             tuple(os.environ.get(k) for k in FLAG_ENV.values()))
+    with _clients_lock:
+        client = _clients.get(ident)
+        if client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise UserError("s3:// paths need boto3: pip install 'tokenmill[s3]'") from None
+            config = Config(retries={"max_attempts": RETRIES, "mode": "standard"},
+                            connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                            max_pool_connections=2 * PARALLEL)
+            client = boto3.session.Session().client(
+                "s3", endpoint_url=endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret,
+                aws_session_token=token, region_name=region, verify=verify, use_ssl=use_ssl, config=config)
+            _clients[ident] = client
+        return client
+
+
+_patched = False
+
+
+def patch_beam() -> None:
+    """Beam's S3 filesystem, made fit for a job of many files (apache-beam 2.62):
+    - one boto3 client per process and settings, instead of one per call;
+    - a file under 5 MB is one PutObject when closed, not a multipart upload: an empty file can be
+      written (S3 refuses a multipart upload of no part, Beam's way), a small one costs one request
+      instead of three, and a worker killed while writing it leaves no unfinished upload behind;
+    - a bigger file still goes up in 5 MB parts; an abandoned one aborts its upload.
+    - a process that runs no pipeline (inspect, export, report) reads the environment's settings
+      instead of failing for want of pipeline options.
+    Idempotent; a no-op without boto3."""
+    global _patched
+    if _patched:
+        return
+    _patched = True
+    try:
+        from apache_beam.io.aws import s3io
+        from apache_beam.io.aws.clients.s3 import boto3_client
+        from apache_beam.options import pipeline_options
+    except ImportError:
+        return
+    if not getattr(s3io, "BOTO3_INSTALLED", False):
+        return
+
+    def client_init(self, options):
+        if isinstance(options, pipeline_options.PipelineOptions):
+            o = options.view_as(pipeline_options.S3Options)
+            get = lambda name: getattr(o, name, None)  # noqa: E731
+        else:
+            get = (options or {}).get
+        self.client = s3_client(get("s3_endpoint_url"), get("s3_access_key_id"), get("s3_secret_access_key"),
+                                get("s3_session_token"), get("s3_region_name"), get("s3_verify"),
+                                not get("s3_disable_ssl"))
+        self._download_request = None
+        self._download_stream = None
+        self._download_pos = 0
+
+    boto3_client.Client.__init__ = client_init
+    io_init = s3io.S3IO.__init__
+
+    def s3io_init(self, client=None, options=None):  # no pipeline options (a verb outside a job): the environment's
+        io_init(self, client, {} if client is None and options is None else options)
+
+    s3io.S3IO.__init__ = s3io_init
+
+    class Uploader(s3io.S3Uploader):
+        MIN_PART = 5 * 1024 * 1024
+
+        def __init__(self, client, path, mime_type="application/octet-stream"):
+            self._chunks: list[bytes] = []
+            self._buffered = 0
+            self.aborted = False
+            super().__init__(client, path, mime_type)
+
+        def _start_upload(self):  # deferred until a part is due (see put)
+            pass
+
+        def put(self, data):
+            self._chunks.append(data.tobytes())
+            self._buffered += len(self._chunks[-1])
+            if self._buffered >= self.MIN_PART:
+                if self.upload_id is None:
+                    s3io.S3Uploader._start_upload(self)
+                self._write_to_s3(b"".join(self._chunks))
+                self._chunks, self._buffered = [], 0
+
+        def finish(self):
+            if self.aborted:
+                return
+            body = b"".join(self._chunks)
+            self._chunks, self._buffered = [], 0
+            if self.upload_id is None:
+                self._client.client.put_object(Bucket=self._bucket, Key=self._name, Body=body,
+                                               ContentType=self._mime_type)
+                return
+            self.buffer = body
+            super().finish()
+
+        def abort(self):
+            self.aborted = True
+            if self.upload_id is not None:
+                with contextlib.suppress(Exception):
+                    self._client.client.abort_multipart_upload(Bucket=self._bucket, Key=self._name,
+                                                               UploadId=self.upload_id)
+
+    s3io.S3Uploader = Uploader
+
+
+def abort_write(fh) -> None:
+    """Drop a file opened for writing through Beam without making it (an S3 upload is aborted:
+    no object, no unfinished upload). Other filesystems: closed as usual."""
+    uploader = getattr(getattr(fh, "raw", None), "_uploader", None)
+    if uploader is not None and hasattr(uploader, "abort"):
+        uploader.abort()
+    with contextlib.suppress(Exception):
+        fh.close()
+
+
+# ---------------------------------------------------------------- the operations OUT needs
+
+
+class Store:
+    """What the output's commit protocol does on an object store, in as few requests as the API
+    allows: listings of a prefix, conditional writes, batch deletes, unfinished uploads."""
+
+    def __init__(self, url: str):
+        self.scheme, self.bucket, _ = split_url(url)
+        if self.scheme != "s3":
+            raise UserError(f"{url}: tokenmill writes outputs to s3:// (and local folders); "
+                            f"{self.scheme}:// is read-only here")
+        self.c = s3_client()
+
+    def _key(self, url: str) -> str:
+        return split_url(url)[2]
+
+    def _url(self, key: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{key}"
+
+    def list(self, prefix_url: str) -> dict[str, int]:
+        """Every object under ``prefix_url`` (a folder: a trailing / is added): url -> size."""
+        prefix = self._key(prefix_url).rstrip("/") + "/"
+        found: dict[str, int] = {}
+        for page in self.c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                found[self._url(obj["Key"])] = obj["Size"]
+        return found
+
+    def folders(self, prefix_url: str) -> list[str]:
+        """The names of the 'folders' right under ``prefix_url``."""
+        prefix = self._key(prefix_url).rstrip("/") + "/"
+        names = []
+        for page in self.c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+            names += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
+        return names
+
+    def read(self, url: str) -> bytes | None:
+        try:
+            return self.c.get_object(Bucket=self.bucket, Key=self._key(url))["Body"].read()
+        except self.c.exceptions.NoSuchKey:
+            return None
+
+    def head(self, url: str) -> str | None:
+        """The object's ETag, or None where there is none."""
+        try:
+            return self.c.head_object(Bucket=self.bucket, Key=self._key(url))["ETag"]
+        except Exception as e:  # noqa: BLE001
+            if _status(e) == 404:
+                return None
+            raise
+
+    def write(self, url: str, data: bytes, if_absent: bool = False, if_match: str | None = None) -> str | None:
+        """PutObject; with ``if_absent`` or ``if_match`` a conditional one, None when refused
+        (someone else's object is there, or it changed). Returns the new ETag."""
+        kw = {}
+        if if_absent:
+            kw["IfNoneMatch"] = "*"
+        if if_match is not None:
+            kw["IfMatch"] = if_match
+        try:
+            return self.c.put_object(Bucket=self.bucket, Key=self._key(url), Body=data, **kw)["ETag"]
+        except Exception as e:  # noqa: BLE001
+            if _status(e) in (409, 412) and kw:
+                return None
+            raise
+
+    def delete(self, urls: Iterable[str]) -> None:
+        keys = [self._key(u) for u in urls]
+        batches = [keys[i:i + 1000] for i in range(0, len(keys), 1000)]
+
+        def one(batch):
+            self.c.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            list(pool.map(one, batches))
+
+    def uploads(self, prefix_url: str) -> list[tuple[str, str]]:
+        """Unfinished multipart uploads under ``prefix_url`` (listings do not show them, and they
+        are billed): (url, upload id)."""
+        prefix = self._key(prefix_url).rstrip("/") + "/"
+        found = []
+        for page in self.c.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix):
+            found += [(self._url(u["Key"]), u["UploadId"]) for u in page.get("Uploads", [])]
+        return found
+
+    def abort_uploads(self, prefix_url: str) -> int:
+        found = self.uploads(prefix_url)
+        for url, upload_id in found:
+            with contextlib.suppress(Exception):
+                self.c.abort_multipart_upload(Bucket=self.bucket, Key=self._key(url), UploadId=upload_id)
+        return len(found)
+
+    def sha256(self, url: str) -> str:
+        body = self.c.get_object(Bucket=self.bucket, Key=self._key(url))["Body"]
+        h = hashlib.sha256()
+        for chunk in iter(lambda: body.read(1 << 22), b""):
+            h.update(chunk)
+        return h.hexdigest()
+
+    def download(self, url: str, local: str) -> str:
+        """``url`` to the local file ``local`` (written whole or not at all); returns its sha256."""
+        tmp = f"{local}.part-{os.getpid()}"
+        h = hashlib.sha256()
+        try:
+            body = self.c.get_object(Bucket=self.bucket, Key=self._key(url))["Body"]
+            with open(tmp, "wb") as fh:
+                for chunk in iter(lambda: body.read(1 << 22), b""):
+                    h.update(chunk)
+                    fh.write(chunk)
+            os.replace(tmp, local)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return h.hexdigest()
+
+
+def _status(e: BaseException) -> int | None:
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):
+        return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return None
+
+
+def parallel(fn, items: list) -> list:
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return list(pool.map(fn, items))
+
+
+# ---------------------------------------------------------------- a verified local cache
+
+
+def cache_dir() -> str:
+    return os.environ.get("TOKENMILL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tokenmill", "objects")
+
+
+def cache_limit() -> int:
+    """Bytes the cache may hold (TOKENMILL_CACHE_GB, default 50): older entries not in use by
+    this process are removed to make room."""
+    return int(float(os.environ.get("TOKENMILL_CACHE_GB", "50")) * 2**30)
+
+
+@contextlib.contextmanager
+def _cache_locked(folder: str, name: str) -> Iterator[None]:
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, f"{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def cached(url: str, sha256: str, size: int, keep: Iterable[str] = ()) -> str:
+    """A local copy of ``url`` whose sha256 is ``sha256``: from the cache (named by the hash, so
+    a changed object is never mistaken for the old one), or downloaded and checked first. Ranks
+    on one host share it (a file lock: one download per file per host). ``keep``: the hashes
+    this process needs too, never evicted to make room."""
+    folder = cache_dir()
+    local = os.path.join(folder, sha256)
+    if os.path.exists(local):
+        os.utime(local)
+        return local
+    with _cache_locked(folder, sha256):
+        if os.path.exists(local):
+            return local
+        _make_room(folder, size, {sha256, *keep})
+        got = Store(url).download(url, local + ".new")
+        if got != sha256:
+            os.unlink(local + ".new")
+            raise UserError(f"{url}: sha256 {got[:12]}... does not match the manifest ({sha256[:12]}...)")
+        os.replace(local + ".new", local)
+    return local
+
+
+def _make_room(folder: str, size: int, keep: set[str]) -> None:
+    entries = []
+    for name in os.listdir(folder):
+        if len(name) == 64 and name not in keep:
+            st = os.stat(os.path.join(folder, name))
+            entries.append((st.st_mtime, name, st.st_size))
+    total = sum(e[2] for e in entries)
+    for _, name, n in sorted(entries):
+        if total + size <= cache_limit():
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(folder, name))
+        total -= n
+
+
+def now() -> float:
+    return time.time()
