@@ -212,6 +212,11 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.trainer.train_config import load_train_config
 
     cfg = load_train_config(args.config, args.set, args.data)
+    from tokenmill.format import local_view
+
+    # An OUT on an object store: its shards and tokenizer fetched once per host into the local
+    # cache, checked against the manifest's sha256, and memory-mapped from there.
+    cfg.data.paths = [local_view(p) for p in cfg.data.paths]
     try:
         from tokenmill.trainer.train import run
     except ImportError as e:

@@ -410,3 +410,14 @@ def local_view(out: str, files: bool = False) -> str:
         fh.write(raw)
     os.replace(tmp, os.path.join(view, "manifest.json"))
     return view
+
+
+def local_folder(out: str) -> str:
+    """OUT as a local folder laid out as a local OUT is (docs/, report/, shards/, ...): OUT itself,
+    or, for an object store, its committed root within ``local_view(out, files=True)``."""
+    if not _remote(out):
+        return out
+    view = local_view(out, files=True)
+    with open(os.path.join(view, "manifest.json"), encoding="utf-8") as fh:
+        root = json.load(fh).get("root", "")
+    return os.path.join(view, root) if isinstance(root, str) and _shard_file_problem(root) is None else view

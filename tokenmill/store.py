@@ -220,6 +220,7 @@ def patch_beam() -> None:
     s3io.S3Uploader = Uploader
 
 
+
 def abort_write(fh) -> None:
     """Drop a file opened for writing through Beam without making it (an S3 upload is aborted:
     no object, no unfinished upload). Other filesystems: closed as usual."""

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from tokenmill.beamfs import FileSystems
 from tokenmill.config import JobConfig, load_validated
 from tokenmill.errors import UserError, first_line
+from tokenmill.format import published
 from tokenmill.pipelines import output as output_folder
 from tokenmill.pipelines import prepare
 from tokenmill.transforms import stages
@@ -173,10 +174,11 @@ def graph(src: str, cleared: list[str]):
 
 def run(src: str, output: str, config: str | None, sets: list[str], beam_args: list[str]) -> str | None:
     """Refilter ``src`` into ``output``; returns report.json's path, None when the report is off."""
-    if not FileSystems.exists(FileSystems.join(src, "docs")):
-        raise UserError(f"{src}: not a prepared output (no docs folder)")
-    cfg, original = settings(src, output, config, sets)
     output_folder.check_separate(src, output, "refilter")
+    given, src = src, published(src)  # on an object store: the root its manifest commits
+    if not FileSystems.match([FileSystems.join(src, "docs", "*.parquet")])[0].metadata_list:
+        raise UserError(f"{given}: not a prepared output (no docs/*.parquet)")
+    cfg, original = settings(src, output, config, sets)
     prepare.check_settings(cfg)
     scan = input_scan(src)
     cfg.inputs = original["inputs"]
