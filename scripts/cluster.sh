@@ -36,6 +36,7 @@ SPARK_WORKER_UI_PORT=${SPARK_WORKER_UI_PORT:-8082}
 POOL_PORT=${POOL_PORT:-50000}
 S3_PORT=${S3_PORT:-7070}
 S3_BUCKET=${S3_BUCKET:-tokenmill}
+S3_RUN=${S3_RUN:-$RUN/s3}  # its data, credentials, pid and log
 # Spark 3.2 predates its own Java 17 support (3.3 passes these itself); the executors the worker
 # starts inherit them through the java launcher's JDK_JAVA_OPTIONS.
 JAVA17_OPENS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
@@ -236,9 +237,9 @@ up_pool() {  # Beam's worker pool, for --environment_type=EXTERNAL: SDK workers 
 down_pool() { stop "$RUN/pool/pool.pid"; }
 
 s3_credentials() {  # generated once, kept for the next `up`: KEY SECRET
-  local f=$RUN/s3/credentials
+  local f=$S3_RUN/credentials
   if [ ! -s "$f" ]; then
-    mkdir -p "$RUN/s3"
+    mkdir -p "$S3_RUN"
     (umask 077; "$PY" -c 'import secrets; print("TM" + secrets.token_hex(9).upper(), secrets.token_urlsafe(30))' > "$f")
   fi
   cat "$f"
@@ -248,16 +249,16 @@ up_s3() {
   [ -x "$(s3_bin)" ] || die "no S3 gateway in $HOME_DIR: run 'scripts/cluster.sh install s3' first"
   local key secret
   read -r key secret < <(s3_credentials)
-  mkdir -p "$RUN/s3/data/$S3_BUCKET"
+  mkdir -p "$S3_RUN/data/$S3_BUCKET"
   # the credentials reach the server through its environment, never its command line (ps shows that)
-  spawn "$RUN/s3/s3.pid" "$RUN/s3/s3.out" env ROOT_ACCESS_KEY="$key" ROOT_SECRET_KEY="$secret" \
-    "$(s3_bin)" --port "127.0.0.1:$S3_PORT" --keep-alive --quiet posix "$RUN/s3/data"
+  spawn "$S3_RUN/s3.pid" "$S3_RUN/s3.out" env ROOT_ACCESS_KEY="$key" ROOT_SECRET_KEY="$secret" \
+    "$(s3_bin)" --port "127.0.0.1:$S3_PORT" --keep-alive --quiet posix "$S3_RUN/data"
   wait_for "the S3 gateway (127.0.0.1:$S3_PORT)" 30 \
     "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $S3_PORT), 1)"
   echo "s3: Versity S3 gateway up, http://127.0.0.1:$S3_PORT, bucket s3://$S3_BUCKET (eval \"\$(scripts/cluster.sh env s3)\")"
 }
 
-down_s3() { stop "$RUN/s3/s3.pid"; }
+down_s3() { stop "$S3_RUN/s3.pid"; }
 
 env_s3() {
   local key secret

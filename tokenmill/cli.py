@@ -13,6 +13,7 @@ from importlib import resources
 
 from tokenmill import __version__, memory
 from tokenmill.errors import Terminated, UserError
+from tokenmill.store import store_flags
 
 
 def sample_dir() -> str:
@@ -50,25 +51,6 @@ def _load_beam() -> None:
     import_lean("apache_beam")
 
 
-# Runners whose workers are this machine's processes, started by this one (they inherit its
-# environment): Beam's --s3_* flags reach them through it, never through a command line.
-_LOCAL_RUNNERS = ("", "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "PrismRunner")
-
-
-def _store_flags(beam_args: list[str]) -> list[str]:
-    """Beam's --s3_* flags into this process's environment (store.absorb_flags), kept in the
-    job's options only for a remote runner, whose workers read them there."""
-    from tokenmill import store
-
-    runner = ""
-    for i, a in enumerate(beam_args):
-        if a.startswith("--runner="):
-            runner = a.split("=", 1)[1]
-        elif a == "--runner" and i + 1 < len(beam_args):
-            runner = beam_args[i + 1]
-    return store.absorb_flags(beam_args, keep=runner.rsplit(".", 1)[-1] not in _LOCAL_RUNNERS)
-
-
 @contextlib.contextmanager
 def _beam_job(beam_args: list[str]):
     """Around a Beam verb: its multi_processing workers start first, while this process loads
@@ -88,7 +70,7 @@ def cmd_prepare(args: argparse.Namespace, beam_args: list[str]) -> int:
     from tokenmill.pipelines.local_mode import default_flags
 
     cfg = load_config(args.config, args.set)
-    beam_args = _store_flags(beam_args)
+    beam_args = store_flags(beam_args)
     beam_args = [*beam_args, *default_flags(beam_args, args.input or cfg.inputs or sample_inputs())]
     with _beam_job(beam_args):
         return _prepare(args, cfg, beam_args)
@@ -140,7 +122,7 @@ def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:
     from tokenmill.pipelines.local_mode import default_flags
     from tokenmill.terminal import console
 
-    beam_args = _store_flags(beam_args)
+    beam_args = store_flags(beam_args)
     beam_args = [*beam_args, *default_flags(beam_args, [os.path.join(args.out, "docs")])]
     with _beam_job(beam_args):
         from tokenmill.pipelines import refilter
@@ -164,7 +146,7 @@ def _print_report(report_path: str | None, console, output: str = "") -> None:
 
 
 def cmd_report(args: argparse.Namespace, _: list[str]) -> int:
-    from tokenmill.format import published
+    from tokenmill.format import published  # on a store: under the root its manifest commits
     from tokenmill.terminal import console
 
     _print_report(published(args.out.rstrip("/"), "report", "report.json"), console())
@@ -212,10 +194,8 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.trainer.train_config import load_train_config
 
     cfg = load_train_config(args.config, args.set, args.data)
-    from tokenmill.format import local_view
+    from tokenmill.format import local_view  # an OUT on a store: its shards cached, checked
 
-    # An OUT on an object store: its shards and tokenizer fetched once per host into the local
-    # cache, checked against the manifest's sha256, and memory-mapped from there.
     cfg.data.paths = [local_view(p) for p in cfg.data.paths]
     try:
         from tokenmill.trainer.train import run
@@ -484,10 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.verb:
             parser.print_help()
             return 2
-        if args.verb not in ("prepare", "refilter"):  # Beam's --s3_* flags work for every verb
-            from tokenmill.store import absorb_flags
-
-            extra = absorb_flags(extra, keep=False)
+        extra = extra if args.verb in ("prepare", "refilter") else store_flags(extra, beam=False)  # --s3_*: any verb
         if extra and args.verb not in ("prepare", "refilter"):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args, extra)
@@ -495,8 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         from tokenmill.store import redact
         from tokenmill.terminal import safe
 
-        # it may quote data (shown safe) or a flag's value (no credential is ever shown)
-        print(f"tokenmill: error: {redact(safe(e))}", file=sys.stderr)
+        print(f"tokenmill: error: {redact(safe(e))}", file=sys.stderr)  # data shown safe; no credential
         return 2
     except Terminated:
         print("tokenmill: terminated", file=sys.stderr)

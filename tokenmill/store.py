@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 from tokenmill.errors import UserError
 
@@ -74,6 +75,23 @@ def absorb_flags(beam_args: list[str], keep: bool) -> list[str]:
             continue
         rest.append(arg)
     return rest
+
+
+# Runners whose workers are this machine's processes, started by this one (they inherit its
+# environment): Beam's --s3_* flags reach them through it, never through a command line.
+LOCAL_RUNNERS = ("", "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "PrismRunner")
+
+
+def store_flags(args: list[str], beam: bool = True) -> list[str]:
+    """A verb's extra arguments with Beam's --s3_* flags taken into the environment
+    (absorb_flags): kept in the job's options only for a remote runner's job (``beam``)."""
+    runner = ""
+    for i, a in enumerate(args):
+        if a.startswith("--runner="):
+            runner = a.split("=", 1)[1]
+        elif a == "--runner" and i + 1 < len(args):
+            runner = args[i + 1]
+    return absorb_flags(args, keep=beam and runner.rsplit(".", 1)[-1] not in LOCAL_RUNNERS)
 
 
 def secrets() -> list[str]:
@@ -140,6 +158,7 @@ def patch_beam() -> None:
       written (S3 refuses a multipart upload of no part, Beam's way), a small one costs one request
       instead of three, and a worker killed while writing it leaves no unfinished upload behind;
     - a bigger file still goes up in 5 MB parts; an abandoned one aborts its upload.
+    - one layer of bounded retries (botocore's), not Beam's backoff around it as well;
     - a process that runs no pipeline (inspect, export, report) reads the environment's settings
       instead of failing for want of pipeline options.
     Idempotent; a no-op without boto3."""
@@ -170,6 +189,17 @@ def patch_beam() -> None:
         self._download_pos = 0
 
     boto3_client.Client.__init__ = client_init
+    # botocore retries every request itself, with jittered backoff, RETRIES times; Beam's own
+    # backoff on top (7 more tries from 5 s, doubling, around each of those) kept a run whose
+    # store went away waiting ~10 minutes before its error. One layer of retries, bounded.
+    from apache_beam.utils import retry
+
+    for cls, name in ((s3io.S3IO, "copy"), (s3io.S3IO, "delete"), (s3io.S3IO, "_delete_minibatch"),
+                      (s3io.S3IO, "_s3_object"), (s3io.S3Downloader, "_get_object_metadata")):
+        method = getattr(cls, name, None)
+        if method is not None and hasattr(method, "__wrapped__"):
+            setattr(cls, name, method.__wrapped__)
+    s3io.retry = SimpleNamespace(**{**vars(retry), "with_exponential_backoff": lambda **kw: (lambda fn: fn)})
     io_init = s3io.S3IO.__init__
 
     def s3io_init(self, client=None, options=None):  # no pipeline options (a verb outside a job): the environment's
@@ -241,8 +271,8 @@ class Store:
     def __init__(self, url: str):
         self.scheme, self.bucket, _ = split_url(url)
         if self.scheme != "s3":
-            raise UserError(f"{url}: tokenmill writes outputs to s3:// (and local folders); "
-                            f"{self.scheme}:// is read-only here")
+            raise UserError(f"{url}: this needs an s3:// URL or a local path ({self.scheme}:// outputs are "
+                            "read through Beam only, so far)")
         self.c = s3_client()
 
     def _key(self, url: str) -> str:

@@ -38,6 +38,11 @@ LOCK_NAME = ".tokenmill.lock"
 LEGACY_PREFIXES = (".tokenmill-stage-", ".tokenmill-old-")
 
 
+def handles(path: str) -> bool:
+    """An OUT this protocol writes (S3; gs:// keeps Beam's file-by-file publish for now)."""
+    return path.startswith("s3://")
+
+
 def lease_s() -> float:
     return float(os.environ.get("TOKENMILL_LEASE_S", "60"))
 

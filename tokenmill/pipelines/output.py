@@ -12,7 +12,8 @@ An object store has no rename and no flock, so an OUT there (s3://) has its own 
 (pipelines/commit.py): files are written once, under their final names, in a fresh
 ``OUT/tokenmill-run-<time>-<id>/`` prefix, and the run commits by writing ``OUT/manifest.json``
 (one PutObject, atomic), which names that prefix as its ``root``; readers go through it. The
-lock is an object taken with a conditional write and held by a lease.
+lock is an object taken with a conditional write and held by a lease. A gs:// OUT is still
+published file by file through Beam's FileSystems, without a lock (commit.py is S3's for now).
 
 OUT may be a folder someone else made. Nothing here follows a symbolic link inside it: the
 lock is opened with O_NOFOLLOW, a folder the run writes into (docs/, shards/, report/samples/,
@@ -56,9 +57,12 @@ def _local(out: str) -> bool:
 @contextlib.contextmanager
 def locked(out: str) -> Iterator[None]:
     """Hold OUT for this run, or refuse in one line when another run holds it."""
-    if not _local(out):
+    if commit.handles(out):
         with commit.lease(out):
             yield
+        return
+    if not _local(out):  # gs://: no lock
+        yield
         return
     lock = os.path.join(out, LOCK_NAME)
     try:
@@ -152,10 +156,10 @@ def remove_leftovers(out: str) -> None:
     """Folders of runs killed before they could clean up. A stage marked complete was being
     published when its run died: the publish is finished (the previous output is already partly
     replaced); any other stage is an unfinished run's and is removed, as are old folders."""
-    if not _local(out):
+    if commit.handles(out):
         commit.sweep(out)
         return
-    if not os.path.isdir(out):
+    if not (_local(out) and os.path.isdir(out)):
         return
     # A link by one of these names is not a run's: it is neither entered nor removed.
     names = [n for n in sorted(os.listdir(out)) if n.startswith((STAGE_PREFIX, OLD_PREFIX))
@@ -169,15 +173,16 @@ def remove_leftovers(out: str) -> None:
 
 
 def new_stage(out: str) -> str:
-    if not _local(out):
+    if commit.handles(out):
         return commit.new_root(out)
     stage = FileSystems.join(out, STAGE_PREFIX + uuid.uuid4().hex[:8])
-    os.makedirs(stage)
+    if _local(stage):
+        os.makedirs(stage)
     return stage
 
 
 def discard(stage: str) -> None:
-    if not _local(stage):
+    if commit.handles(stage):
         commit.discard(stage)
         return
     with contextlib.suppress(OSError):
@@ -203,7 +208,7 @@ def publish(stage: str, out: str) -> None:
     first and the new one comes last, so no reader ever finds a manifest beside another run's
     shards. The stage is marked complete first: a run killed half-way is finished by the next.
     On an object store: commit.publish (no file moves)."""
-    if not _local(out):
+    if commit.handles(out):
         commit.publish(stage, out, [p for p in OWNED if p != "manifest.json"])
         return
     with FileSystems.create(FileSystems.join(stage, COMPLETE)) as fh:

@@ -1,0 +1,296 @@
+"""Every command on s3:// against a real S3 server (Versity's gateway, started by
+scripts/cluster.sh), the commit protocol under SIGKILL and concurrent runs, and no secret in
+anything a run writes. Skipped where the server is not built (`scripts/cluster.sh install s3`);
+CI builds it and sets TOKENMILL_REQUIRE_S3=1, which turns the skip into a failure."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import REPO, SHARED_DATA
+
+pytestmark = pytest.mark.slow
+SCRIPT = REPO / "scripts" / "cluster.sh"
+TOKENMILL = [sys.executable, "-m", "tokenmill.cli"]
+BUCKET = "tmtest"
+
+
+def _version() -> str:
+    text = (REPO / "cluster" / "versions.env").read_text()
+    return re.search(r"^VERSITYGW_VERSION=(\S+)", text, re.M).group(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, run: Path):
+        self.run, self.port = run, _free_port()
+        self.env = {**os.environ, "S3_RUN": str(run), "S3_PORT": str(self.port), "S3_BUCKET": BUCKET}
+
+    def sh(self, *args: str) -> str:
+        return subprocess.run([str(SCRIPT), *args], env=self.env, check=True, capture_output=True, text=True).stdout
+
+    def up(self) -> None:
+        self.sh("up", "s3")
+
+    def down(self) -> None:
+        self.sh("down", "s3")
+
+    def exports(self) -> dict[str, str]:
+        return dict(kv.split("=", 1) for line in self.sh("env", "s3").splitlines() for kv in line.split()[1:])
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3")
+
+    def keys(self, prefix: str) -> list[str]:
+        c = self.client()
+        return sorted(o["Key"] for p in c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+                      for o in p.get("Contents", []))
+
+    def uploads(self, prefix: str) -> list[str]:
+        return [u["Key"] for u in self.client().list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])]
+
+    def put_tree(self, local: Path, prefix: str) -> str:
+        c = self.client()
+        for f in sorted(local.rglob("*")):
+            if f.is_file():
+                c.upload_file(str(f), BUCKET, f"{prefix}/{f.relative_to(local).as_posix()}")
+        return f"s3://{BUCKET}/{prefix}/"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    if not (REPO / ".cluster" / "bin" / f"versitygw-{_version()}").exists():
+        if os.environ.get("TOKENMILL_REQUIRE_S3"):
+            pytest.fail("the S3 gateway is not built: scripts/cluster.sh install s3")
+        pytest.skip("the S3 gateway is not built (scripts/cluster.sh install s3)")
+    pytest.importorskip("boto3")
+    server = Server(tmp_path_factory.mktemp("s3"))
+    server.up()
+    exports = server.exports()
+    saved = {k: os.environ.get(k) for k in exports}
+    os.environ.update(exports)
+    try:
+        yield server
+    finally:
+        server.down()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _input() -> Path:
+    """The held-out-sized input where ../shared/data is here (99 real news pages), else the sample."""
+    pages = SHARED_DATA / "html_extraction" / "scrapinghub_aeb"
+    return pages if pages.exists() else REPO / "tokenmill" / "sample"
+
+
+def tm(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*TOKENMILL, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+
+
+def _rows(files: list[tuple[str, bytes]]) -> list[dict]:
+    rows = [r for _, data in files for r in pq.read_table(io.BytesIO(data)).to_pylist()]
+    for r in rows:
+        r.pop("source")  # the input's path: the store URL or the local path, by design
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _local_docs(out: Path) -> list[tuple[str, bytes]]:
+    return [(f, Path(f).read_bytes()) for f in sorted(glob.glob(str(out / "docs" / "*.parquet")))]
+
+
+def _s3_docs(s3: Server, out: str) -> list[tuple[str, bytes]]:
+    c = s3.client()
+    manifest = json.loads(c.get_object(Bucket=BUCKET, Key=f"{out}/manifest.json")["Body"].read())
+    keys = [k for k in manifest["files"] if "/docs/" in k]
+    return [(k, c.get_object(Bucket=BUCKET, Key=f"{out}/{k}")["Body"].read()) for k in sorted(keys)]
+
+
+def _shard_hashes(manifest: dict) -> list[tuple[str, str]]:
+    return [(s["file"].rsplit("/", 1)[1], s["sha256"]) for info in manifest["splits"].values() for s in info["shards"]]
+
+
+@pytest.fixture(scope="module")
+def outputs(s3, tmp_path_factory):
+    """The same job local -> local, s3 -> s3 (two worker processes), s3 -> local, local -> s3."""
+    tmp = tmp_path_factory.mktemp("outs")
+    src = _input()
+    remote_in = s3.put_tree(src, "in")
+    runs = {"local": (str(src), str(tmp / "local"), []),
+            "s3-s3": (remote_in, f"s3://{BUCKET}/out/s3s3", ["--direct_running_mode=multi_processing",
+                                                             "--direct_num_workers=2"]),
+            "s3-local": (remote_in, str(tmp / "s3local"), []),
+            "local-s3": (str(src), f"s3://{BUCKET}/out/locals3", [])}
+    said = {}
+    for name, (inp, out, flags) in runs.items():
+        r = tm("prepare", "--input", inp, "--output", out, "--quiet", *flags)
+        assert r.returncode == 0, (name, r.stderr[-2000:])
+        said[name] = r.stdout + r.stderr
+    return runs, said
+
+
+def test_s3_output_equals_local(s3, outputs):
+    runs, _ = outputs
+    local = Path(runs["local"][1])
+    want_rows = _rows(_local_docs(local))
+    want_shards = _shard_hashes(json.loads((local / "manifest.json").read_text()))
+    assert want_rows and want_shards
+    for name in ("s3-s3", "local-s3"):
+        out = runs[name][1].split(f"s3://{BUCKET}/", 1)[1]
+        assert _rows(_s3_docs(s3, out)) == want_rows, name
+        manifest = json.loads(s3.client().get_object(Bucket=BUCKET, Key=f"{out}/manifest.json")["Body"].read())
+        assert _shard_hashes(manifest) == want_shards, name
+        # the published layout: the manifest and one run prefix; nothing else, no open upload
+        keys = s3.keys(out + "/")
+        assert {k.split("/")[2] for k in keys} == {"manifest.json", manifest["root"]}, keys[:5]
+        assert not s3.uploads(out + "/")
+        assert all(f"{out}/{k}" in keys for k in manifest["files"])
+    s3local = Path(runs["s3-local"][1])
+    assert _rows(_local_docs(s3local)) == want_rows
+    assert _shard_hashes(json.loads((s3local / "manifest.json").read_text())) == want_shards
+
+
+def test_every_command_on_an_s3_output(s3, outputs, tmp_path):
+    out = outputs[0]["s3-s3"][1]
+    r = tm("report", out)
+    assert r.returncode == 0 and "report.html" in r.stdout, r.stderr
+    r = tm("inspect", out)
+    assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr
+    for target in (f"s3://{BUCKET}/export/nanogpt", str(tmp_path / "nanogpt")):
+        r = tm("export", out, "--format", "nanogpt", "--output", target)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "nanogpt" / "train.bin").stat().st_size > 0
+    assert "export/nanogpt/train.bin" in s3.keys("export/")
+    r = tm("refilter", out, "--output", f"s3://{BUCKET}/out/refiltered", "--set", "quality.gopher.min_words=80", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert tm("inspect", f"s3://{BUCKET}/out/refiltered").returncode == 0
+    env = {**os.environ, "TOKENMILL_CACHE": str(tmp_path / "cache")}
+    r = tm("tokenizer", "train", "--input", out, "--output", str(tmp_path / "tok.json"), "--vocab-size", "400", env=env)
+    assert r.returncode == 0 and "trained a bpe tokenizer" in r.stdout, r.stderr
+    pytest.importorskip("torch")
+    r = tm("train", "--data", out, "--run", str(tmp_path / "run"), "--set", "train.steps=4", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(s["step"] for s in steps if "step" in s) == 4
+    # the cache holds each file once, named by its checked sha256
+    blobs = [p for p in (tmp_path / "cache").iterdir() if len(p.name) == 64]
+    assert blobs and all(__import__("hashlib").sha256(p.read_bytes()).hexdigest() == p.name for p in blobs)
+
+
+def _prepare_proc(out: str, env=None) -> subprocess.Popen:
+    return subprocess.Popen([*TOKENMILL, "prepare", "--output", out, "--quiet"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for(s3: Server, prefix: str, needle: str, proc: subprocess.Popen, limit_s: float = 120) -> bool:
+    end = time.time() + limit_s
+    while time.time() < end and proc.poll() is None:
+        if any(needle in k for k in s3.keys(prefix)):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_killed_run_never_breaks_out(s3):
+    out = f"s3://{BUCKET}/out/killed"
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    first = json.loads(s3.client().get_object(Bucket=BUCKET, Key="out/killed/manifest.json")["Body"].read())
+    left = {}
+    for moment, needle in (("early", None), ("mid-job", "/.tmp/"), ("publish", "/report/report.json")):
+        proc = _prepare_proc(out)
+        if needle is None:
+            time.sleep(1.0)
+        else:
+            _wait_for(s3, "out/killed/", needle, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        r = tm("inspect", out)
+        assert r.returncode == 0 and "all checksums and counts match" in r.stdout, (moment, r.stdout[-500:], r.stderr)
+        left[moment] = s3.keys("out/killed/")
+    # a clean rerun removes whatever the dead runs left
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    manifest = json.loads(s3.client().get_object(Bucket=BUCKET, Key="out/killed/manifest.json")["Body"].read())
+    assert _shard_hashes(manifest) == _shard_hashes(first)
+    keys = s3.keys("out/killed/")
+    assert {k.split("/")[2] for k in keys} == {"manifest.json", manifest["root"]}
+    assert not s3.uploads("out/killed/")
+    print({m: len(k) for m, k in left.items()})
+
+
+def test_two_runs_into_one_out(s3):
+    out = f"s3://{BUCKET}/out/twice"
+    procs = [_prepare_proc(out), _prepare_proc(out)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert any(rc == 0 for rc, _ in results), results
+    for rc, err in results:
+        if rc != 0:
+            assert err.strip().splitlines() == [err.strip()] and "is in use by another tokenmill prepare" in err, err
+    assert tm("inspect", out).returncode == 0
+    assert not [k for k in s3.keys("out/twice/") if k.endswith(".tokenmill.lock")]
+
+
+def test_no_secret_leaves(s3, outputs, tmp_path):
+    secret = os.environ["AWS_SECRET_ACCESS_KEY"]
+    # the credentials as Beam's flags, none in the environment
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    flags = [f"--s3_endpoint_url={os.environ['AWS_ENDPOINT_URL']}", f"--s3_access_key_id={os.environ['AWS_ACCESS_KEY_ID']}",
+             f"--s3_secret_access_key={secret}", "--s3_region_name=us-east-1"]
+    said = []
+    r = tm("prepare", "--output", f"s3://{BUCKET}/out/flags", "--quiet", *flags, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    said.append(r.stdout + r.stderr)
+    for args in (["inspect", f"s3://{BUCKET}/out/flags"], ["report", f"s3://{BUCKET}/out/flags"]):
+        r = tm(*args, *flags, env=env)
+        assert r.returncode == 0, r.stderr
+        said.append(r.stdout + r.stderr)
+    r = tm("prepare", "--output", f"s3://{BUCKET}/out/flags", "--runner=NoSuchRunner", *flags, env=env)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    said.append(r.stdout + r.stderr)
+    said += list(outputs[1].values())
+    for text in said:
+        assert secret not in text
+    # every object the server holds (outputs, reports, docs, manifests, locks) and every local output
+    files = [p for p in Path(s3.run, "data").rglob("*") if p.is_file()]
+    files += [p for name in ("local", "s3-local") for p in Path(outputs[0][name][1]).rglob("*") if p.is_file()]
+    assert files
+    for f in files:
+        assert secret.encode() not in f.read_bytes(), f
+
+
+def test_server_stopped_mid_run(s3):
+    out = f"s3://{BUCKET}/out/outage"
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    proc = _prepare_proc(out)
+    _wait_for(s3, "out/outage/", "/.tmp/", proc)
+    s3.down()
+    try:
+        rc = proc.wait(timeout=300)
+        err = proc.stderr.read().strip()
+    finally:
+        s3.up()
+    assert rc != 0
+    assert len(err.splitlines()) == 1 and err.startswith("tokenmill: error:") and "Traceback" not in err, err
+    r = tm("inspect", out)
+    assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr
