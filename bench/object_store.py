@@ -1,0 +1,65 @@
+"""s3:// against local disk: the same `prepare`, default flags, local -> local and s3 -> s3 (the
+input uploaded once), alternated for ROUNDS rounds on a real S3 server on this machine
+(scripts/cluster.sh up s3; its AWS_* exports in the environment). Prints each run's wall time,
+the medians and their ratio, and the store requests of the last s3 run.
+
+    eval "$(scripts/cluster.sh env s3)"
+    .venv/bin/python bench/object_store.py [INPUT_FOLDER] [--rounds N]
+Default input: ../shared/data/html_extraction (623 real pages and their gold files)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import boto3
+
+REPO = Path(__file__).resolve().parent.parent
+BUCKET = os.environ.get("S3_BUCKET", "tokenmill")
+
+
+def run(inp: str, out: str) -> float:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "prepare", "--input", inp, "--output", out, "--quiet"],
+                       capture_output=True, text=True, cwd=REPO)
+    if r.returncode:
+        sys.exit(r.stderr[-2000:])
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("input", nargs="?", default=str(REPO.parent / "shared" / "data" / "html_extraction"))
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if "AWS_ENDPOINT_URL" not in os.environ:
+        sys.exit('no store: scripts/cluster.sh up s3 && eval "$(scripts/cluster.sh env s3)"')
+    c = boto3.client("s3")
+    src = Path(args.input)
+    files = [f for f in src.rglob("*") if f.is_file()]
+    prefix = f"bench-in/{src.name}"
+    for f in files:
+        c.upload_file(str(f), BUCKET, f"{prefix}/{f.relative_to(src).as_posix()}")
+    print(f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB, uploaded to s3://{BUCKET}/{prefix}/")
+    tmp = tempfile.mkdtemp(prefix="tokenmill-bench-")
+    times: dict[str, list[float]] = {"local": [], "s3": []}
+    try:
+        for i in range(args.rounds):
+            times["local"].append(run(str(src), os.path.join(tmp, "out")))
+            times["s3"].append(run(f"s3://{BUCKET}/{prefix}/", f"s3://{BUCKET}/bench-out"))
+            print(f"round {i + 1}: local {times['local'][-1]:.2f} s, s3->s3 {times['s3'][-1]:.2f} s")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    local, s3 = statistics.median(times["local"]), statistics.median(times["s3"])
+    print(f"median: local {local:.2f} s, s3->s3 {s3:.2f} s, ratio {s3 / local:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
