@@ -189,6 +189,9 @@ def test_every_command_on_an_s3_output(s3, outputs, tmp_path):
     env = {**os.environ, "TOKENMILL_CACHE": str(tmp_path / "cache")}
     r = tm("tokenizer", "train", "--input", out, "--output", str(tmp_path / "tok.json"), "--vocab-size", "400", env=env)
     assert r.returncode == 0 and "trained a bpe tokenizer" in r.stdout, r.stderr
+    r = tm("classifier", "train", "--positive", out, "--negative", str(REPO / "tokenmill" / "sample" / "docs.jsonl"),
+           "--output", str(tmp_path / "cls.bin"), "--epoch", "5", env=env)
+    assert r.returncode == 0 and "trained a fastText classifier" in r.stdout, r.stderr
     pytest.importorskip("torch")
     r = tm("train", "--data", out, "--run", str(tmp_path / "run"), "--set", "train.steps=4", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
