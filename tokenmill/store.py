@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import re
 import threading
@@ -376,6 +377,77 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         return h.hexdigest()
+
+
+class ObjectReader(io.RawIOBase):
+    """An object read as a file: one streaming GetObject from the current position, opened on
+    the first read (Beam's reader asks HeadObject, then GetObject, and buffers 16 MB a file); a
+    seek drops the stream and the next read asks again from there. A missing object raises
+    FileNotFoundError when first read."""
+
+    def __init__(self, url: str):
+        super().__init__()
+        self.url, self._st = url, Store(url)
+        self._pos, self._size, self._body = 0, None, None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def _open(self) -> bool:
+        kw = {"Range": f"bytes={self._pos}-"} if self._pos else {}
+        try:
+            response = self._st.c.get_object(Bucket=self._st.bucket, Key=self._st._key(self.url), **kw)
+        except Exception as e:  # noqa: BLE001
+            status = _status(e)
+            if status == 404:
+                raise FileNotFoundError(f"Not found: {self.url}") from None
+            if status == 416:  # at or past the end
+                return False
+            raise
+        self._size = self._pos + response["ContentLength"]
+        self._body = response["Body"]
+        return True
+
+    def readinto(self, b) -> int:
+        if self._body is None and (self._size is not None and self._pos >= self._size or not self._open()):
+            return 0
+        data = self._body.read(len(b))
+        n = len(data)
+        b[:n] = data
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_END:
+            if self._size is None:
+                self._size = self._st.c.head_object(Bucket=self._st.bucket, Key=self._st._key(self.url))["ContentLength"]
+            offset += self._size
+        elif whence == io.SEEK_CUR:
+            offset += self._pos
+        if offset != self._pos:
+            self._drop()
+            self._pos = max(0, offset)
+        return self._pos
+
+    def _drop(self) -> None:
+        if self._body is not None:
+            with contextlib.suppress(Exception):
+                self._body.close()
+            self._body = None
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+def open_object(url: str, buffer_size: int = 1 << 20) -> io.BufferedReader:
+    return io.BufferedReader(ObjectReader(url), buffer_size=buffer_size)
 
 
 def _status(e: BaseException) -> int | None:

@@ -12,6 +12,7 @@ from typing import IO, Any
 import zstandard
 from apache_beam.io.filesystem import CompressionTypes
 
+from tokenmill import store
 from tokenmill.beamfs import FileSystems
 from tokenmill.config import ReadConfig
 from tokenmill.transforms.doc import new_doc
@@ -43,6 +44,8 @@ def stream_reason(e: BaseException) -> str:
 
 
 def open_raw(path: str) -> IO[bytes]:
+    if path.startswith("s3://"):  # one GetObject a file (store.ObjectReader), not Beam's two
+        return store.open_object(path)
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 

@@ -3,11 +3,10 @@ file whose line ranges are the read tasks."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-from apache_beam.io.filesystem import CompressionTypes
 
 from tokenmill.beamfs import FileSystems
 from tokenmill.config import ReadConfig
@@ -157,10 +156,24 @@ def _json_line(obj: dict) -> bytes:
         return (json.dumps(obj) + "\n").encode()
 
 
+LIST_BLOCK = 1 << 20
+
+
+@functools.lru_cache(maxsize=16)
+def _list_block(path: str, index: int) -> bytes:
+    """One MB of an input list, kept for the next tasks (at most 16 MB a process): a run of many
+    small files is a task a file, and on an object store each read of the list is a request."""
+    with open_raw(path) as fh:
+        fh.seek(index * LIST_BLOCK)
+        return fh.read(LIST_BLOCK)
+
+
 def files_in(task: FileRange) -> list[InputFile]:
-    with FileSystems.open(task.list_path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-        fh.seek(task.start)
-        lines = fh.read(task.end - task.start).splitlines()
+    """The files of a task, from its line range of the input list (which a run never changes:
+    its path is the run's own)."""
+    first, last = task.start // LIST_BLOCK, (task.end - 1) // LIST_BLOCK
+    data = b"".join(_list_block(task.list_path, i) for i in range(first, last + 1))
+    lines = data[task.start - first * LIST_BLOCK:task.end - first * LIST_BLOCK].splitlines()
     return [InputFile(**json.loads(line)) for line in lines]
 
 
