@@ -2,9 +2,9 @@
 # A real Flink cluster, a real Spark cluster and Prism on this machine, for trying and testing
 # `tokenmill prepare` on Beam's cluster runners.
 #
-#   scripts/cluster.sh install [flink|spark|prism|s3|all]   fetch the engines, build the job servers
-#   scripts/cluster.sh up      [flink|spark|pool|s3|all]    start (again: restarts what died)
-#   scripts/cluster.sh down    [flink|spark|pool|s3|all]    stop
+#   scripts/cluster.sh install [flink|spark|prism|s3|gcs|all]   fetch the engines, build the job servers
+#   scripts/cluster.sh up      [flink|spark|pool|s3|gcs|all]    start (again: restarts what died)
+#   scripts/cluster.sh down    [flink|spark|pool|s3|gcs|all]    stop
 #   scripts/cluster.sh status                            what runs, and where
 #   scripts/cluster.sh flags   flink|flink-external|spark|prism   the `prepare` flags for it
 #   scripts/cluster.sh env     s3                        `export AWS_...` lines that reach the S3 server
@@ -12,11 +12,13 @@
 # s3: Versity's S3 gateway (Apache-2.0, POSIX backend under .cluster/run/s3/data), on 127.0.0.1
 # only, with credentials generated at first `up` (.cluster/run/s3/credentials, mode 600) and a
 # bucket named tokenmill. `eval "$(scripts/cluster.sh env s3)"`, then s3://tokenmill/... works.
+# gcs: fake-gcs-server (BSD-2), the closest thing to GCS that runs here, on 127.0.0.1, bucket
+# tokenmill; `eval "$(scripts/cluster.sh env gcs)"` points Google's client at it.
 #
 # Versions: cluster/versions.env (engines, Prism) and the venv's apache-beam (job servers).
 # Everything lands in .cluster/ (TOKENMILL_CLUSTER_HOME): engines, jars, pid files, logs.
 # Ports (env overrides): FLINK_REST_PORT 8081, SPARK_MASTER_PORT 7077, SPARK_UI_PORT 8080,
-# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000, S3_PORT 7070; FLINK_TASKMANAGERS 2.
+# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000, S3_PORT 7070, GCS_PORT 4443; FLINK_TASKMANAGERS 2.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,6 +39,9 @@ POOL_PORT=${POOL_PORT:-50000}
 S3_PORT=${S3_PORT:-7070}
 S3_BUCKET=${S3_BUCKET:-tokenmill}
 S3_RUN=${S3_RUN:-$RUN/s3}  # its data, credentials, pid and log
+GCS_PORT=${GCS_PORT:-4443}
+GCS_BUCKET=${GCS_BUCKET:-tokenmill}
+GCS_RUN=${GCS_RUN:-$RUN/gcs}
 # Spark 3.2 predates its own Java 17 support (3.3 passes these itself); the executors the worker
 # starts inherit them through the java launcher's JDK_JAVA_OPTIONS.
 JAVA17_OPENS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
@@ -59,6 +64,7 @@ flink_jar() { echo "$HOME_DIR/jars/beam-runners-flink-$FLINK_MINOR-job-server-$(
 spark_jar() { echo "$HOME_DIR/jars/beam-runners-spark-3-job-server-$(beam_version).jar"; }
 prism_bin() { echo "$HOME_DIR/bin/prism-$PRISM_VERSION"; }
 s3_bin() { echo "$HOME_DIR/bin/versitygw-$VERSITYGW_VERSION"; }
+gcs_bin() { echo "$HOME_DIR/bin/fake-gcs-server-$FAKE_GCS_VERSION"; }
 
 # ---- install ---------------------------------------------------------------------------------
 
@@ -107,6 +113,14 @@ install_s3() {
   echo "building Versity's S3 gateway $VERSITYGW_VERSION (Go module proxy, ~3 min)..."
   GOBIN="$HOME_DIR/bin" go install "github.com/versity/versitygw/cmd/versitygw@v$VERSITYGW_VERSION"
   mv "$HOME_DIR/bin/versitygw" "$(s3_bin)"
+}
+
+install_gcs() {
+  [ -x "$(gcs_bin)" ] && return
+  command -v go >/dev/null || die "fake-gcs-server is built with Go: install go"
+  mkdir -p "$HOME_DIR/bin"
+  GOBIN="$HOME_DIR/bin" go install "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_VERSION"
+  mv "$HOME_DIR/bin/fake-gcs-server" "$(gcs_bin)"
 }
 
 # ---- processes -------------------------------------------------------------------------------
@@ -260,6 +274,20 @@ up_s3() {
 
 down_s3() { stop "$S3_RUN/s3.pid"; }
 
+up_gcs() {
+  [ -x "$(gcs_bin)" ] || die "no fake-gcs-server in $HOME_DIR: run 'scripts/cluster.sh install gcs' first"
+  mkdir -p "$GCS_RUN/data/$GCS_BUCKET"
+  spawn "$GCS_RUN/gcs.pid" "$GCS_RUN/gcs.out" "$(gcs_bin)" -scheme http -host 127.0.0.1 -port "$GCS_PORT" \
+    -public-host "127.0.0.1:$GCS_PORT" -backend filesystem -filesystem-root "$GCS_RUN/data" -log-level warn
+  wait_for "fake-gcs-server (127.0.0.1:$GCS_PORT)" 30 \
+    "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$GCS_PORT/storage/v1/b/$GCS_BUCKET', timeout=2)"
+  echo "gcs: fake-gcs-server up, http://127.0.0.1:$GCS_PORT, bucket gs://$GCS_BUCKET (eval \"\$(scripts/cluster.sh env gcs)\")"
+}
+
+down_gcs() { stop "$GCS_RUN/gcs.pid"; }
+
+env_gcs() { echo "export STORAGE_EMULATOR_HOST=http://127.0.0.1:$GCS_PORT NO_GCE_CHECK=true"; }
+
 env_s3() {
   local key secret
   read -r key secret < <(s3_credentials)
@@ -293,13 +321,13 @@ engines() { if [ "${1:-all}" = all ]; then echo "$2"; else echo "$1"; fi; }
 
 cmd=${1:-}; what=${2:-all}
 case $cmd in
-  install) for e in $(engines "$what" "flink spark prism s3"); do "install_$e"; done ;;
-  up) for e in $(engines "$what" "s3 flink spark pool"); do "up_$e"; done ;;
-  down) for e in $(engines "$what" "pool spark flink s3"); do "down_$e"; done ;;
-  env) [ "$what" = s3 ] || die "env: s3"; env_s3 ;;
+  install) for e in $(engines "$what" "flink spark prism s3 gcs"); do "install_$e"; done ;;
+  up) for e in $(engines "$what" "s3 gcs flink spark pool"); do "up_$e"; done ;;
+  down) for e in $(engines "$what" "pool spark flink gcs s3"); do "down_$e"; done ;;
+  env) case $what in s3|gcs) "env_$what" ;; *) die "env: s3 or gcs" ;; esac ;;
   status) status ;;
   flags) flags "$what" ;;
   _flink_taskmanagers) flink_taskmanagers ;;
   _spark_workers) spark_workers ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

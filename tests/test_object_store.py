@@ -1,7 +1,8 @@
-"""Every command on s3:// against a real S3 server (Versity's gateway, started by
-scripts/cluster.sh), the commit protocol under SIGKILL and concurrent runs, and no secret in
-anything a run writes. Skipped where the server is not built (`scripts/cluster.sh install s3`);
-CI builds it and sets TOKENMILL_REQUIRE_S3=1, which turns the skip into a failure."""
+"""Every command on s3:// against a real S3 server (Versity's gateway) and on gs:// against
+fake-gcs-server, both started by scripts/cluster.sh; the commit protocol under SIGKILL and
+concurrent runs; no secret in anything a run writes; the server stopped mid-run. Skipped where
+a server is not built (`scripts/cluster.sh install s3 gcs`); CI builds them and sets
+TOKENMILL_REQUIRE_S3=1, which turns the skip into a failure. (The fixture keeps the name s3.)"""
 
 from __future__ import annotations
 
@@ -28,11 +29,6 @@ TOKENMILL = [sys.executable, "-m", "tokenmill.cli"]
 BUCKET = "tmtest"
 
 
-def _version() -> str:
-    text = (REPO / "cluster" / "versions.env").read_text()
-    return re.search(r"^VERSITYGW_VERSION=(\S+)", text, re.M).group(1)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -40,21 +36,28 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, run: Path):
-        self.run, self.port = run, _free_port()
-        self.env = {**os.environ, "S3_RUN": str(run), "S3_PORT": str(self.port), "S3_BUCKET": BUCKET}
+    """A store server of scripts/cluster.sh (``kind``: s3 or gcs) on a free port, its data in ``run``."""
+
+    def __init__(self, kind: str, run: Path):
+        self.kind, self.run, self.port = kind, run, _free_port()
+        self.scheme = "s3" if kind == "s3" else "gs"
+        up = kind.upper()
+        self.env = {**os.environ, f"{up}_RUN": str(run), f"{up}_PORT": str(self.port), f"{up}_BUCKET": BUCKET}
+
+    def url(self, key: str) -> str:
+        return f"{self.scheme}://{BUCKET}/{key}"
 
     def sh(self, *args: str) -> str:
         return subprocess.run([str(SCRIPT), *args], env=self.env, check=True, capture_output=True, text=True).stdout
 
     def up(self) -> None:
-        self.sh("up", "s3")
+        self.sh("up", self.kind)
 
     def down(self) -> None:
-        self.sh("down", "s3")
+        self.sh("down", self.kind)
 
     def exports(self) -> dict[str, str]:
-        return dict(kv.split("=", 1) for line in self.sh("env", "s3").splitlines() for kv in line.split()[1:])
+        return dict(kv.split("=", 1) for line in self.sh("env", self.kind).splitlines() for kv in line.split()[1:])
 
     def client(self):
         import boto3
@@ -62,29 +65,54 @@ class Server:
         return boto3.client("s3")
 
     def keys(self, prefix: str) -> list[str]:
+        if self.scheme == "gs":
+            from tokenmill.store import gcs_client
+
+            return sorted(b.name for b in gcs_client().list_blobs(BUCKET, prefix=prefix))
         c = self.client()
         return sorted(o["Key"] for p in c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
                       for o in p.get("Contents", []))
 
+    def get(self, key: str) -> bytes:
+        if self.scheme == "gs":
+            from tokenmill.store import gcs_client
+
+            return gcs_client().bucket(BUCKET).blob(key).download_as_bytes()
+        return self.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
     def uploads(self, prefix: str) -> list[str]:
+        if self.scheme == "gs":  # GCS keeps no listable unfinished uploads
+            return []
         return [u["Key"] for u in self.client().list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])]
 
     def put_tree(self, local: Path, prefix: str) -> str:
-        c = self.client()
+        from tokenmill.store import Store
+
+        st = Store(self.url(prefix))
         for f in sorted(local.rglob("*")):
             if f.is_file():
-                c.upload_file(str(f), BUCKET, f"{prefix}/{f.relative_to(local).as_posix()}")
-        return f"s3://{BUCKET}/{prefix}/"
+                st.write(self.url(f"{prefix}/{f.relative_to(local).as_posix()}"), f.read_bytes())
+        return self.url(prefix) + "/"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    if not (REPO / ".cluster" / "bin" / f"versitygw-{_version()}").exists():
+def _binary(kind: str) -> Path:
+    text = (REPO / "cluster" / "versions.env").read_text()
+    name, var = {"s3": ("versitygw", "VERSITYGW_VERSION"), "gcs": ("fake-gcs-server", "FAKE_GCS_VERSION")}[kind]
+    version = re.search(rf"^{var}=(\S+)", text, re.M).group(1)
+    return REPO / ".cluster" / "bin" / f"{name}-{version}"
+
+
+@pytest.fixture(scope="module", params=["s3", "gcs"])
+def s3(request, tmp_path_factory):
+    """The store under test: Versity's S3 gateway, or fake-gcs-server (GCS's API, not GCS: no
+    IAM, no real resumable-upload expiry, no rate limits; what it proves is the client path)."""
+    kind = request.param
+    if not _binary(kind).exists():
         if os.environ.get("TOKENMILL_REQUIRE_S3"):
-            pytest.fail("the S3 gateway is not built: scripts/cluster.sh install s3")
-        pytest.skip("the S3 gateway is not built (scripts/cluster.sh install s3)")
-    pytest.importorskip("boto3")
-    server = Server(tmp_path_factory.mktemp("s3"))
+            pytest.fail(f"the {kind} server is not built: scripts/cluster.sh install {kind}")
+        pytest.skip(f"the {kind} server is not built (scripts/cluster.sh install {kind})")
+    pytest.importorskip("boto3" if kind == "s3" else "google.cloud.storage")
+    server = Server(kind, tmp_path_factory.mktemp(kind))
     server.up()
     exports = server.exports()
     saved = {k: os.environ.get(k) for k in exports}
@@ -98,6 +126,11 @@ def s3(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def s3_only(server: Server) -> None:
+    if server.scheme != "s3":
+        pytest.skip("S3's case (the GCS emulator has no credentials to leak, and is in-process state)")
 
 
 def _input() -> Path:
@@ -122,10 +155,9 @@ def _local_docs(out: Path) -> list[tuple[str, bytes]]:
 
 
 def _s3_docs(s3: Server, out: str) -> list[tuple[str, bytes]]:
-    c = s3.client()
-    manifest = json.loads(c.get_object(Bucket=BUCKET, Key=f"{out}/manifest.json")["Body"].read())
+    manifest = json.loads(s3.get(f"{out}/manifest.json"))
     keys = [k for k in manifest["files"] if "/docs/" in k]
-    return [(k, c.get_object(Bucket=BUCKET, Key=f"{out}/{k}")["Body"].read()) for k in sorted(keys)]
+    return [(k, s3.get(f"{out}/{k}")) for k in sorted(keys)]
 
 
 def _shard_hashes(manifest: dict) -> list[tuple[str, str]]:
@@ -139,10 +171,10 @@ def outputs(s3, tmp_path_factory):
     src = _input()
     remote_in = s3.put_tree(src, "in")
     runs = {"local": (str(src), str(tmp / "local"), []),
-            "s3-s3": (remote_in, f"s3://{BUCKET}/out/s3s3", ["--direct_running_mode=multi_processing",
+            "s3-s3": (remote_in, s3.url("out/s3s3"), ["--direct_running_mode=multi_processing",
                                                              "--direct_num_workers=2"]),
             "s3-local": (remote_in, str(tmp / "s3local"), []),
-            "local-s3": (str(src), f"s3://{BUCKET}/out/locals3", [])}
+            "local-s3": (str(src), s3.url("out/locals3"), [])}
     said = {}
     for name, (inp, out, flags) in runs.items():
         r = tm("prepare", "--input", inp, "--output", out, "--quiet", *flags)
@@ -158,9 +190,9 @@ def test_s3_output_equals_local(s3, outputs):
     want_shards = _shard_hashes(json.loads((local / "manifest.json").read_text()))
     assert want_rows and want_shards
     for name in ("s3-s3", "local-s3"):
-        out = runs[name][1].split(f"s3://{BUCKET}/", 1)[1]
+        out = runs[name][1].split(s3.url(""), 1)[1]
         assert _rows(_s3_docs(s3, out)) == want_rows, name
-        manifest = json.loads(s3.client().get_object(Bucket=BUCKET, Key=f"{out}/manifest.json")["Body"].read())
+        manifest = json.loads(s3.get(f"{out}/manifest.json"))
         assert _shard_hashes(manifest) == want_shards, name
         # the published layout: the manifest and one run prefix; nothing else, no open upload
         keys = s3.keys(out + "/")
@@ -178,14 +210,14 @@ def test_every_command_on_an_s3_output(s3, outputs, tmp_path):
     assert r.returncode == 0 and "report.html" in r.stdout, r.stderr
     r = tm("inspect", out)
     assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr
-    for target in (f"s3://{BUCKET}/export/nanogpt", str(tmp_path / "nanogpt")):
+    for target in (s3.url("export/nanogpt"), str(tmp_path / "nanogpt")):
         r = tm("export", out, "--format", "nanogpt", "--output", target)
         assert r.returncode == 0, r.stderr
     assert (tmp_path / "nanogpt" / "train.bin").stat().st_size > 0
     assert "export/nanogpt/train.bin" in s3.keys("export/")
-    r = tm("refilter", out, "--output", f"s3://{BUCKET}/out/refiltered", "--set", "quality.gopher.min_words=80", "--quiet")
+    r = tm("refilter", out, "--output", s3.url("out/refiltered"), "--set", "quality.gopher.min_words=80", "--quiet")
     assert r.returncode == 0, r.stderr
-    assert tm("inspect", f"s3://{BUCKET}/out/refiltered").returncode == 0
+    assert tm("inspect", s3.url("out/refiltered")).returncode == 0
     env = {**os.environ, "TOKENMILL_CACHE": str(tmp_path / "cache")}
     r = tm("tokenizer", "train", "--input", out, "--output", str(tmp_path / "tok.json"), "--vocab-size", "400", env=env)
     assert r.returncode == 0 and "trained a bpe tokenizer" in r.stdout, r.stderr
@@ -217,9 +249,9 @@ def _wait_for(s3: Server, prefix: str, needle: str, proc: subprocess.Popen, limi
 
 
 def test_a_killed_run_never_breaks_out(s3):
-    out = f"s3://{BUCKET}/out/killed"
+    out = s3.url("out/killed")
     assert tm("prepare", "--output", out, "--quiet").returncode == 0
-    first = json.loads(s3.client().get_object(Bucket=BUCKET, Key="out/killed/manifest.json")["Body"].read())
+    first = json.loads(s3.get("out/killed/manifest.json"))
     left = {}
     for moment, needle in (("early", None), ("mid-job", "/.tmp/"), ("publish", "/report/report.json")):
         proc = _prepare_proc(out)
@@ -234,7 +266,7 @@ def test_a_killed_run_never_breaks_out(s3):
         left[moment] = s3.keys("out/killed/")
     # a clean rerun removes whatever the dead runs left
     assert tm("prepare", "--output", out, "--quiet").returncode == 0
-    manifest = json.loads(s3.client().get_object(Bucket=BUCKET, Key="out/killed/manifest.json")["Body"].read())
+    manifest = json.loads(s3.get("out/killed/manifest.json"))
     assert _shard_hashes(manifest) == _shard_hashes(first)
     keys = s3.keys("out/killed/")
     assert {k.split("/")[2] for k in keys} == {"manifest.json", manifest["root"]}
@@ -243,7 +275,7 @@ def test_a_killed_run_never_breaks_out(s3):
 
 
 def test_two_runs_into_one_out(s3):
-    out = f"s3://{BUCKET}/out/twice"
+    out = s3.url("out/twice")
     procs = [_prepare_proc(out), _prepare_proc(out)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert any(rc == 0 for rc, _ in results), results
@@ -255,20 +287,21 @@ def test_two_runs_into_one_out(s3):
 
 
 def test_no_secret_leaves(s3, outputs, tmp_path):
+    s3_only(s3)
     secret = os.environ["AWS_SECRET_ACCESS_KEY"]
     # the credentials as Beam's flags, none in the environment
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     flags = [f"--s3_endpoint_url={os.environ['AWS_ENDPOINT_URL']}", f"--s3_access_key_id={os.environ['AWS_ACCESS_KEY_ID']}",
              f"--s3_secret_access_key={secret}", "--s3_region_name=us-east-1"]
     said = []
-    r = tm("prepare", "--output", f"s3://{BUCKET}/out/flags", "--quiet", *flags, env=env)
+    r = tm("prepare", "--output", s3.url("out/flags"), "--quiet", *flags, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     said.append(r.stdout + r.stderr)
-    for args in (["inspect", f"s3://{BUCKET}/out/flags"], ["report", f"s3://{BUCKET}/out/flags"]):
+    for args in (["inspect", s3.url("out/flags")], ["report", s3.url("out/flags")]):
         r = tm(*args, *flags, env=env)
         assert r.returncode == 0, r.stderr
         said.append(r.stdout + r.stderr)
-    r = tm("prepare", "--output", f"s3://{BUCKET}/out/flags", "--runner=NoSuchRunner", *flags, env=env)
+    r = tm("prepare", "--output", s3.url("out/flags"), "--runner=NoSuchRunner", *flags, env=env)
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     said.append(r.stdout + r.stderr)
     said += list(outputs[1].values())
@@ -283,7 +316,8 @@ def test_no_secret_leaves(s3, outputs, tmp_path):
 
 
 def test_server_stopped_mid_run(s3):
-    out = f"s3://{BUCKET}/out/outage"
+    s3_only(s3)
+    out = s3.url("out/outage")
     assert tm("prepare", "--output", out, "--quiet").returncode == 0
     proc = _prepare_proc(out)
     _wait_for(s3, "out/outage/", "/.tmp/", proc)

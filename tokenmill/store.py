@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import io
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -162,11 +164,62 @@ def patch_beam() -> None:
     - one layer of bounded retries (botocore's), not Beam's backoff around it as well;
     - a process that runs no pipeline (inspect, export, report) reads the environment's settings
       instead of failing for want of pipeline options.
-    Idempotent; a no-op without boto3."""
+    And Beam's GCS filesystem: one storage client per process (Beam made one per call), and an
+    anonymous one where STORAGE_EMULATOR_HOST names an emulator (Beam first spent ~20 s looking
+    for credentials there).
+    Idempotent; each part a no-op without its library."""
     global _patched
     if _patched:
         return
     _patched = True
+    _patch_gcs()
+    _patch_s3()
+
+
+def _patch_gcs() -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    get_filesystem = FileSystems.get_filesystem
+
+    def get_filesystem_loading_gcs(path):  # Beam's GCS filesystem, loaded with the first gs:// path
+        if path.startswith("gs://") and "apache_beam.io.gcp.gcsfilesystem" not in sys.modules:
+            import warnings
+
+            with warnings.catch_warnings():  # google-auth's notices about grpcio and Python versions
+                warnings.simplefilter("ignore", FutureWarning)
+                with contextlib.suppress(ImportError):
+                    importlib.import_module("apache_beam.io.gcp.gcsfilesystem")
+                    _patch_gcsio()
+        return get_filesystem(path)
+
+    FileSystems.get_filesystem = staticmethod(get_filesystem_loading_gcs)
+    if "apache_beam.io.gcp.gcsfilesystem" in sys.modules:
+        _patch_gcsio()
+
+
+def _patch_gcsio() -> None:
+    try:
+        from apache_beam.io.gcp import gcsio
+    except ImportError:
+        return
+    if getattr(gcsio.create_storage_client, "tokenmill", False):
+        return
+    made = gcsio.create_storage_client
+    cache: dict[tuple, object] = {}
+
+    def create_storage_client(pipeline_options, use_credentials=True):
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            return gcs_client()
+        ident = (os.getpid(), use_credentials)
+        if ident not in cache:
+            cache[ident] = made(pipeline_options, use_credentials)
+        return cache[ident]
+
+    create_storage_client.tokenmill = True
+    gcsio.create_storage_client = create_storage_client
+
+
+def _patch_s3() -> None:
     try:
         from apache_beam.io.aws import s3io
         from apache_beam.io.aws.clients.s3 import boto3_client
@@ -265,15 +318,22 @@ def abort_write(fh) -> None:
 # ---------------------------------------------------------------- the operations OUT needs
 
 
-class Store:
+def Store(url: str):  # noqa: N802 - reads as the class it returns
+    """The store ``url`` is on: S3Store or GCSStore."""
+    scheme = split_url(url)[0]
+    if scheme == "s3":
+        return S3Store(url)
+    if scheme == "gs":
+        return GCSStore(url)
+    raise UserError(f"{url}: not an object store tokenmill writes to (s3://, gs://, or a local path)")
+
+
+class S3Store:
     """What the output's commit protocol does on an object store, in as few requests as the API
     allows: listings of a prefix, conditional writes, batch deletes, unfinished uploads."""
 
     def __init__(self, url: str):
         self.scheme, self.bucket, _ = split_url(url)
-        if self.scheme != "s3":
-            raise UserError(f"{url}: this needs an s3:// URL or a local path ({self.scheme}:// outputs are "
-                            "read through Beam only, so far)")
         self.c = s3_client()
 
     def _key(self, url: str) -> str:
@@ -282,9 +342,14 @@ class Store:
     def _url(self, key: str) -> str:
         return f"{self.scheme}://{self.bucket}/{key}"
 
+    def _prefix(self, url: str) -> str:
+        """The key prefix of everything under ``url`` as a folder ("" for a bucket's root)."""
+        key = self._key(url).strip("/")
+        return f"{key}/" if key else ""
+
     def list(self, prefix_url: str) -> dict[str, int]:
         """Every object under ``prefix_url`` (a folder: a trailing / is added): url -> size."""
-        prefix = self._key(prefix_url).rstrip("/") + "/"
+        prefix = self._prefix(prefix_url)
         found: dict[str, int] = {}
         for page in self.c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
@@ -293,7 +358,7 @@ class Store:
 
     def folders(self, prefix_url: str) -> list[str]:
         """The names of the 'folders' right under ``prefix_url``."""
-        prefix = self._key(prefix_url).rstrip("/") + "/"
+        prefix = self._prefix(prefix_url)
         names = []
         for page in self.c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
             names += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
@@ -342,7 +407,7 @@ class Store:
     def uploads(self, prefix_url: str) -> list[tuple[str, str]]:
         """Unfinished multipart uploads under ``prefix_url`` (listings do not show them, and they
         are billed): (url, upload id)."""
-        prefix = self._key(prefix_url).rstrip("/") + "/"
+        prefix = self._prefix(prefix_url)
         found = []
         for page in self.c.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix):
             found += [(self._url(u["Key"]), u["UploadId"]) for u in page.get("Uploads", [])]
@@ -387,7 +452,7 @@ class ObjectReader(io.RawIOBase):
 
     def __init__(self, url: str):
         super().__init__()
-        self.url, self._st = url, Store(url)
+        self.url, self._st = url, S3Store(url)
         self._pos, self._size, self._body = 0, None, None
 
     def readable(self) -> bool:
@@ -448,6 +513,121 @@ class ObjectReader(io.RawIOBase):
 
 def open_object(url: str, buffer_size: int = 1 << 20) -> io.BufferedReader:
     return io.BufferedReader(ObjectReader(url), buffer_size=buffer_size)
+
+
+_gcs_clients: dict[tuple, object] = {}
+
+
+def gcs_client(credentials=None, project: str | None = None):
+    """google-cloud-storage's client, one per process (thread-safe): with the environment's
+    credentials, or anonymous for an emulator (STORAGE_EMULATOR_HOST), whose address the client
+    reads itself."""
+    ident = (os.getpid(), id(credentials), project, os.environ.get("STORAGE_EMULATOR_HOST"))
+    with _clients_lock:
+        client = _gcs_clients.get(ident)
+        if client is None:
+            try:
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)
+                    from google.cloud import storage
+            except ImportError:
+                raise UserError("gs:// paths need google-cloud-storage: pip install 'tokenmill[gcs]'") from None
+            if os.environ.get("STORAGE_EMULATOR_HOST"):
+                client = storage.Client.create_anonymous_client()
+            elif credentials is not None:
+                client = storage.Client(credentials=credentials, project=project)
+            else:
+                client = storage.Client(project=project)
+            _gcs_clients[ident] = client
+        return client
+
+
+class GCSStore(S3Store):
+    """The same operations on Google Cloud Storage: conditional writes by generation
+    (``if_generation_match``: 0 for "absent"), the object's generation as its ETag. GCS keeps no
+    listable unfinished uploads (an unfinished resumable upload expires within a week)."""
+
+    def __init__(self, url: str):
+        self.scheme, self.bucket, _ = split_url(url)
+        self.gcs = gcs_client()
+        self.b = self.gcs.bucket(self.bucket)
+
+    def list(self, prefix_url: str) -> dict[str, int]:
+        prefix = self._prefix(prefix_url)
+        return {self._url(b.name): b.size for b in self.gcs.list_blobs(self.bucket, prefix=prefix)}
+
+    def folders(self, prefix_url: str) -> list[str]:
+        prefix = self._prefix(prefix_url)
+        it = self.gcs.list_blobs(self.bucket, prefix=prefix, delimiter="/")
+        for _ in it:  # the prefixes are known once the pages are read
+            pass
+        return sorted(p[len(prefix):].rstrip("/") for p in it.prefixes)
+
+    def read(self, url: str) -> bytes | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self.b.blob(self._key(url)).download_as_bytes()
+        except NotFound:
+            return None
+
+    def head(self, url: str) -> str | None:
+        blob = self.b.get_blob(self._key(url))
+        return None if blob is None else str(blob.generation)
+
+    def write(self, url: str, data: bytes, if_absent: bool = False, if_match: str | None = None) -> str | None:
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self.b.blob(self._key(url))
+        kw = {"if_generation_match": 0} if if_absent else {"if_generation_match": int(if_match)} if if_match else {}
+        try:
+            blob.upload_from_string(data, **kw)
+        except PreconditionFailed:
+            return None
+        return str(blob.generation)
+
+    def delete(self, urls: Iterable[str]) -> None:
+        from google.api_core.exceptions import NotFound
+
+        def one(url):
+            with contextlib.suppress(NotFound):
+                self.b.blob(self._key(url)).delete()
+
+        parallel(one, list(urls))
+
+    def uploads(self, prefix_url: str) -> list[tuple[str, str]]:
+        return []
+
+    def _reader(self, url: str):
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self.b.blob(self._key(url)).open("rb", chunk_size=1 << 22)
+        except NotFound:
+            raise FileNotFoundError(f"Not found: {url}") from None
+
+    def sha256(self, url: str) -> str:
+        h = hashlib.sha256()
+        with self._reader(url) as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    def download(self, url: str, local: str) -> str:
+        tmp = f"{local}.part-{os.getpid()}"
+        h = hashlib.sha256()
+        try:
+            with self._reader(url) as src, open(tmp, "wb") as fh:
+                for chunk in iter(lambda: src.read(1 << 22), b""):
+                    h.update(chunk)
+                    fh.write(chunk)
+            os.replace(tmp, local)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return h.hexdigest()
 
 
 def _status(e: BaseException) -> int | None:

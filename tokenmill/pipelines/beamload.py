@@ -7,12 +7,16 @@ pandas for some conversions, and GCS paths go through Beam's file systems, loade
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import types
+from collections.abc import Iterator
 
 # Each one's import is guarded in Beam (an ImportError means "not installed").
-OPTIONAL = ("pandas", "apache_beam.io.gcp.bigquery", "pymongo")
+# Beam's GCS filesystem is loaded when a gs:// path is first used (tokenmill/beamfs.py).
+GOOGLE = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.gcsfilesystem")
+OPTIONAL = ("pandas", "pymongo", *GOOGLE)
 
 
 # Beam's state sampler (a thread per bundle that samples which step is running, for its msec
@@ -33,20 +37,27 @@ def shorten_state_sampling() -> None:
         init.__defaults__ = (SAMPLING_PERIOD_MS,)
 
 
+@contextlib.contextmanager
+def without_optional(names: tuple[str, ...] = OPTIONAL) -> Iterator[None]:
+    """Imports meanwhile see the ``names`` modules not loaded yet as not installed."""
+    blocked = [m for m in names if m not in sys.modules]
+    for m in blocked:
+        sys.modules[m] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for m in blocked:
+            del sys.modules[m]
+
+
 def import_lean(name: str) -> types.ModuleType:
     """``importlib.import_module(name)``, with the OPTIONAL modules not loaded yet failing to
     import meanwhile. The allocator settings go first: Beam's import allocates through them."""
     from tokenmill.memory import tame_allocators
 
     tame_allocators()
-    blocked = [m for m in OPTIONAL if m not in sys.modules]
-    for m in blocked:
-        sys.modules[m] = None  # type: ignore[assignment]
-    try:
+    with without_optional():
         module = importlib.import_module(name)
-    finally:
-        for m in blocked:
-            del sys.modules[m]
     shorten_state_sampling()
     send_worker_id_on_state_channel()
     cache_graph_introspection()

@@ -1,4 +1,4 @@
-"""OUT on an object store (s3://): a commit protocol for storage without rename or flock.
+"""OUT on an object store (s3://, gs://): a commit protocol for storage without rename or flock.
 
 - A run writes every file once, under its final name, in a fresh prefix
   ``OUT/tokenmill-run-<UTC time>-<id>/`` (the same layout a local OUT has: docs/, shards/,
@@ -10,8 +10,9 @@
 - Only then are earlier roots removed. Whatever a dead run left (its prefix, an older root, a
   stage of an older tokenmill, unfinished multipart uploads, which listings do not show and
   which are billed) is removed by the next run before it starts (``sweep``).
-- One run at a time: ``OUT/.tokenmill.lock`` is taken with a conditional write (If-None-Match)
-  and held by a lease the run renews (If-Match on its own ETag). A run that died lets go of it
+- One run at a time: ``OUT/.tokenmill.lock`` is taken with a conditional write (S3's
+  If-None-Match, GCS's if_generation_match=0) and held by a lease the run renews (If-Match on its
+  own ETag, or generation). A run that died lets go of it
   when its lease lapses, or at once when it ran on this host (its pid is gone). A run that lost
   its lease (paused past it) does not commit.
 """
@@ -39,8 +40,8 @@ LEGACY_PREFIXES = (".tokenmill-stage-", ".tokenmill-old-")
 
 
 def handles(path: str) -> bool:
-    """An OUT this protocol writes (S3; gs:// keeps Beam's file-by-file publish for now)."""
-    return path.startswith("s3://")
+    """An OUT this protocol writes: one on an object store (S3, GCS)."""
+    return path.startswith(("s3://", "gs://"))
 
 
 def lease_s() -> float:

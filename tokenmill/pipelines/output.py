@@ -12,8 +12,7 @@ An object store has no rename and no flock, so an OUT there (s3://) has its own 
 (pipelines/commit.py): files are written once, under their final names, in a fresh
 ``OUT/tokenmill-run-<time>-<id>/`` prefix, and the run commits by writing ``OUT/manifest.json``
 (one PutObject, atomic), which names that prefix as its ``root``; readers go through it. The
-lock is an object taken with a conditional write and held by a lease. A gs:// OUT is still
-published file by file through Beam's FileSystems, without a lock (commit.py is S3's for now).
+lock is an object taken with a conditional write and held by a lease. The same on gs://.
 
 OUT may be a folder someone else made. Nothing here follows a symbolic link inside it: the
 lock is opened with O_NOFOLLOW, a folder the run writes into (docs/, shards/, report/samples/,
@@ -61,7 +60,7 @@ def locked(out: str) -> Iterator[None]:
         with commit.lease(out):
             yield
         return
-    if not _local(out):  # gs://: no lock
+    if not _local(out):  # another filesystem (hdfs://): no lock
         yield
         return
     lock = os.path.join(out, LOCK_NAME)
