@@ -97,3 +97,14 @@ def test_val_bpb_in_a_runs_metrics(tmp_path):
     for r in evals:
         assert r["val_loss"] / math.log(2) / 4 <= r["val_bpb"] <= r["val_loss"] / math.log(2) / 2
     assert np.isfinite([r["val_bpb"] for r in evals]).all()
+
+
+def test_a_text_shorter_than_one_window_is_one_short_window():
+    import numpy as np
+
+    from tokenmill.trainer.evaluation import stream_windows
+
+    full, rest = stream_windows(np.arange(5, dtype=np.int64), 8)
+    assert full.shape == (0, 9) and rest.tolist() == [0, 1, 2, 3, 4]
+    full, rest = stream_windows(np.arange(1, dtype=np.int64), 8)
+    assert full.shape == (0, 9) and rest is None

@@ -229,6 +229,9 @@ def test_every_command_on_an_s3_output(s3, outputs, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(s["step"] for s in steps if "step" in s) == 4
+    r = tm("compare", out, s3.url("out/refiltered"), "--eval", out, "--tokens", "2000", "--seeds", "1",
+           "--output", str(tmp_path / "compare"), env=env)
+    assert r.returncode == 0 and (tmp_path / "compare" / "compare.json").exists(), r.stderr[-2000:]
     # the cache holds each file once, named by its checked sha256
     blobs = [p for p in (tmp_path / "cache").iterdir() if len(p.name) == 64]
     assert blobs and all(__import__("hashlib").sha256(p.read_bytes()).hexdigest() == p.name for p in blobs)

@@ -367,11 +367,13 @@ def published(out: str, *parts: str) -> str:
 
 
 def local_view(out: str, files: bool = False) -> str:
-    """A local folder that reads as OUT for what needs local files (the trainer memory-maps its
-    shards): OUT itself when local; for an object store, its manifest and the files it lists
-    (the shards and tokenizer; with ``files``, every other published file too, the docs among
-    them), each fetched once into the local cache and checked against the manifest's sha256
-    before use (store.cached), linked under ``<cache>/views/<the manifest's sha256>/``."""
+    """OUT as a local folder with a local OUT's layout, for what needs local files (the trainer
+    memory-maps its shards; compare, spikes and tokenizer training read its docs): OUT itself when
+    local; for an object store, the files its manifest lists (the shards and tokenizer; with
+    ``files``, every other published file too, the docs and report among them), each fetched once
+    into the local cache and checked against the manifest's sha256 before use (store.cached),
+    linked under ``<cache>/views/<the manifest's sha256>/`` at their paths under the committed
+    root, beside the manifest with its paths made relative to that root again."""
     if not _remote(out):
         return out
     from tokenmill import store
@@ -384,20 +386,26 @@ def local_view(out: str, files: bool = False) -> str:
         manifest = check_manifest(out, json.loads(raw.decode("utf-8")))
     except ValueError:
         raise UserError(f"{join(out, 'manifest.json')}: not valid JSON") from None
+    root = manifest.pop("root", "")
+    root = root + "/" if isinstance(root, str) and root and _shard_file_problem(root) is None else ""
+
+    def local(rel: str) -> str:  # a path under OUT -> the same file's path in a local OUT
+        return rel[len(root):] if root and rel.startswith(root) else rel
+
     wanted = {s["file"]: (s["sha256"], s["bytes"]) for info in manifest["splits"].values() for s in info["shards"]}
     tok = manifest["tokenizer"]
     if isinstance(tok.get("sha256"), str):
         wanted[tok.get("file", "tokenizer.json")] = (tok["sha256"], 0)
+    listed = {rel: f for rel, f in manifest.pop("files", {}).items() if isinstance(f, dict)}
     if files:
-        wanted.update({rel: (f["sha256"], f["bytes"]) for rel, f in manifest.get("files", {}).items()
-                       if isinstance(f, dict) and _shard_file_problem(rel) is None})
+        wanted.update({rel: (f["sha256"], f["bytes"]) for rel, f in listed.items() if _shard_file_problem(rel) is None})
     view = os.path.join(store.cache_dir(), "views", hashlib.sha256(raw).hexdigest())
     keep = [sha for sha, _ in wanted.values()]
 
     def link(item):
         rel, (sha, size) = item
         blob = store.cached(join(out, rel), sha, size, keep)
-        dest = os.path.join(view, rel)
+        dest = os.path.join(view, local(rel))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.realpath(dest) != blob:
             tmp = f"{dest}.{os.getpid()}"
@@ -405,19 +413,13 @@ def local_view(out: str, files: bool = False) -> str:
             os.replace(tmp, dest)
 
     store.parallel(link, sorted(wanted.items()))
+    for info in manifest["splits"].values():
+        for s in info["shards"]:
+            s["file"] = local(s["file"])
+    tok["file"] = local(tok.get("file", "tokenizer.json"))
+    manifest["files"] = {local(rel): f for rel, f in listed.items()}
     tmp = os.path.join(view, f"manifest.json.{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(raw)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2)
     os.replace(tmp, os.path.join(view, "manifest.json"))
     return view
-
-
-def local_folder(out: str) -> str:
-    """OUT as a local folder laid out as a local OUT is (docs/, report/, shards/, ...): OUT itself,
-    or, for an object store, its committed root within ``local_view(out, files=True)``."""
-    if not _remote(out):
-        return out
-    view = local_view(out, files=True)
-    with open(os.path.join(view, "manifest.json"), encoding="utf-8") as fh:
-        root = json.load(fh).get("root", "")
-    return os.path.join(view, root) if isinstance(root, str) and _shard_file_problem(root) is None else view

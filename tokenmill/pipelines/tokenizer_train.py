@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from tokenmill.config import load_config
 from tokenmill.errors import UserError
-from tokenmill.format import exists, join, local_folder
+from tokenmill.format import exists, join, local_view
 from tokenmill.transforms.extract import extract_doc
 from tokenmill.transforms.normalize import normalize_text
 from tokenmill.transforms.readers import Unit, plan_units, read_unit, resolve_inputs
@@ -47,7 +47,7 @@ def input_texts(inputs: list[str], max_docs: int) -> Iterator[str]:
     n = 0
     for path in inputs:
         if "://" in path and exists(join(path, "manifest.json")):  # a prepared OUT on an object store
-            path = local_folder(path)
+            path = local_view(path, files=True)
         source = prepared_texts(path) if os.path.isdir(os.path.join(path, "docs")) else raw_texts([path])
         for text in source:
             yield text

@@ -155,7 +155,7 @@ def _device():
 def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: str, config: str | None = None,
             sets: list[str] | None = None, eval_docs: int = EVAL_DOCS) -> dict:
     from tokenmill import __version__
-    from tokenmill.format import tokenizer_path
+    from tokenmill.format import local_view, tokenizer_path
     from tokenmill.trainer import windows as D
     from tokenmill.trainer.evaluation import text_bpb
     from tokenmill.trainer.hf_export import load_exported
@@ -165,12 +165,16 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
         raise UserError("compare: give at least two prepared outputs")
     if tokens <= 0 or seeds <= 0:
         raise UserError("compare: --tokens and --seeds must be positive")
+    names = arm_names(outs)
+    # An OUT on an object store: its files fetched into the local cache, checked, read from there.
+    outs = [local_view(o, files=True) for o in outs]
+    if "://" in eval_path:
+        eval_path = local_view(eval_path, files=True)
     cfg = load_train_config(config, sets, outs[:1])
     manifests = [D.open_output(o, cfg.data.verify_checksums) for o in outs]
     texts = read_texts(eval_path, eval_docs)
     per_step = cfg.train.micro_batch * cfg.train.grad_accum * cfg.data.seq_len
     steps = max(1, math.ceil(tokens / per_step))
-    names = arm_names(outs)
     os.makedirs(os.path.join(output, "runs"), exist_ok=True)
     device = _device()
     # What a finished run's done.json must match to be reused: the settings and the eval text.

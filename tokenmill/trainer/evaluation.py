@@ -86,7 +86,9 @@ def stream_windows(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarra
     """Non-overlapping windows of seq_len + 1 tokens (consecutive windows share one token), so
     every token but the first is a target exactly once: the full windows [N, seq_len + 1], and
     the shorter last one (or None)."""
-    n_full = (len(ids) - 1) // seq_len
+    n_full = max(0, (len(ids) - 1) // seq_len)
+    if n_full == 0:  # a text shorter than one window: only the short one
+        return np.empty((0, seq_len + 1), dtype=ids.dtype), (ids if len(ids) >= 2 else None)
     full = np.lib.stride_tricks.sliding_window_view(ids, seq_len + 1)[::seq_len][:n_full]
     rest = ids[n_full * seq_len:]
     return np.ascontiguousarray(full), (rest if len(rest) >= 2 else None)

@@ -76,6 +76,10 @@ def show(run: str, out: str, chars: int = 100, console=None) -> int:
     from tokenmill.terminal import markup as escape
 
     console = console or safe_console()
+    if "://" in out:  # on an object store: its docs fetched into the local cache, checked
+        from tokenmill.format import local_view
+
+        out = local_view(out, files=True)
     spikes = read_spikes(run)
     if not spikes:
         console.print(f"{escape(run)}: no loss spikes logged ({FILE} is empty or absent)")
