@@ -334,3 +334,28 @@ def test_server_stopped_mid_run(s3):
     assert len(err.splitlines()) == 1 and err.startswith("tokenmill: error:") and "Traceback" not in err, err
     r = tm("inspect", out)
     assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr
+
+
+def test_a_throttling_store(s3):
+    """503 SlowDown on every 4th request, 10 ms added to each: the run retries and gives the same
+    bytes; a store that throttles every request ends the run in one line, in bounded time."""
+    s3_only(s3)
+    from tests.throttling_proxy import ThrottlingProxy
+
+    assert tm("prepare", "--output", s3.url("out/plain"), "--quiet").returncode == 0
+    want = _shard_hashes(json.loads(s3.get("out/plain/manifest.json")))
+    with ThrottlingProxy(s3.port, every=4, delay_s=0.01) as proxy:
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        r = tm("prepare", "--output", s3.url("out/throttled"), "--quiet", env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert proxy.throttled >= 10, proxy.throttled
+        assert _shard_hashes(json.loads(s3.get("out/throttled/manifest.json"))) == want
+        proxy.every = 1
+        t = time.time()
+        r = tm("prepare", "--output", s3.url("out/throttled"), "--quiet", env=env, timeout=300)
+        took = time.time() - t
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and "SlowDown" in err, err
+    assert took < 120, took
+    r = tm("inspect", s3.url("out/throttled"))
+    assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib
 import io
@@ -318,6 +319,29 @@ def abort_write(fh) -> None:
 # ---------------------------------------------------------------- the operations OUT needs
 
 
+def _one_line(cls):
+    """Every public operation of a store class fails as one UserError line naming the store, the
+    operation and the service's own words (after the client's bounded retries), not a traceback.
+    A missing object stays FileNotFoundError (readers count it)."""
+
+    def wrap(name, method):
+        @functools.wraps(method)
+        def op(self, *args, **kw):
+            try:
+                return method(self, *args, **kw)
+            except (UserError, FileNotFoundError):
+                raise
+            except Exception as e:  # noqa: BLE001
+                where = args[0] if args and isinstance(args[0], str) else f"{self.scheme}://{self.bucket}"
+                raise UserError(f"{where}: {name} failed on the object store ({describe(e)})") from None
+        return op
+
+    for name, method in list(vars(cls).items()):
+        if callable(method) and not name.startswith("_"):
+            setattr(cls, name, wrap(name, method))
+    return cls
+
+
 def Store(url: str):  # noqa: N802 - reads as the class it returns
     """The store ``url`` is on: S3Store or GCSStore."""
     scheme = split_url(url)[0]
@@ -328,6 +352,7 @@ def Store(url: str):  # noqa: N802 - reads as the class it returns
     raise UserError(f"{url}: not an object store tokenmill writes to (s3://, gs://, or a local path)")
 
 
+@_one_line
 class S3Store:
     """What the output's commit protocol does on an object store, in as few requests as the API
     allows: listings of a prefix, conditional writes, batch deletes, unfinished uploads."""
@@ -544,6 +569,7 @@ def gcs_client(credentials=None, project: str | None = None):
         return client
 
 
+@_one_line
 class GCSStore(S3Store):
     """The same operations on Google Cloud Storage: conditional writes by generation
     (``if_generation_match``: 0 for "absent"), the object's generation as its ETag. GCS keeps no
