@@ -4,8 +4,9 @@ input uploaded once), alternated for ROUNDS rounds on a real S3 server on this m
 the medians and their ratio, and the store requests of the last s3 run.
 
     eval "$(scripts/cluster.sh env s3)"
-    .venv/bin/python bench/object_store.py [INPUT_FOLDER] [--rounds N]
-Default input: ../shared/data/html_extraction (623 real pages and their gold files)."""
+    .venv/bin/python bench/object_store.py [INPUT_FOLDER] [--rounds N] [--rust N]
+Default input: ../shared/data/html_extraction (623 real pages and their gold files); --rust N:
+N Rust documentation pages, chosen and staged as bench/scaling.py does (compare_datatrove's set)."""
 
 from __future__ import annotations
 
@@ -38,17 +39,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("input", nargs="?", default=str(REPO.parent / "shared" / "data" / "html_extraction"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rust", type=int, default=0, help="N Rust doc pages instead of INPUT_FOLDER")
     args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="tokenmill-bench-")
+    if args.rust:
+        sys.path.insert(0, str(REPO / "bench"))
+        import scaling
+
+        args.input = str(Path(tmp) / f"rust-{args.rust}")
+        scaling.stage(scaling.pick_spread(scaling.rust_doc_pages(), args.rust), Path(args.input))
     if "AWS_ENDPOINT_URL" not in os.environ:
         sys.exit('no store: scripts/cluster.sh up s3 && eval "$(scripts/cluster.sh env s3)"')
     c = boto3.client("s3")
     src = Path(args.input)
     files = [f for f in src.rglob("*") if f.is_file()]
     prefix = f"bench-in/{src.name}"
-    for f in files:
-        c.upload_file(str(f), BUCKET, f"{prefix}/{f.relative_to(src).as_posix()}")
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda f: c.upload_file(str(f), BUCKET, f"{prefix}/{f.relative_to(src).as_posix()}"), files))
     print(f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB, uploaded to s3://{BUCKET}/{prefix}/")
-    tmp = tempfile.mkdtemp(prefix="tokenmill-bench-")
     times: dict[str, list[float]] = {"local": [], "s3": []}
     try:
         for i in range(args.rounds):
