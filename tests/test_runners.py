@@ -112,3 +112,27 @@ def test_a_local_path_with_a_remote_cluster_is_one_line(flags, paths, refused):
         launch.check_paths_reach_workers(options, runner, paths)
     line = str(e.value)
     assert "\n" not in line and "this machine's disk" in line and ("-host" in line or "jobs.example" in line)
+
+
+@pytest.mark.parametrize("setting", ["url.block_files", "decontaminate.files", "language.model",
+                                     "quality.classifier.model"])
+def test_a_local_file_a_worker_reads_is_named_before_submission(setting, tmp_path):
+    """Every file a stage's workers open (Stage.reads), not only --input and --output: with a
+    cluster on another host, a local one is refused in one line naming its setting."""
+    from tokenmill.config import load_config
+    from tokenmill.errors import UserError
+    from tokenmill.pipelines import launch, prepare
+
+    local = str(tmp_path / "file")
+    value = f"[{local}]" if setting.endswith("files") else local
+    cfg = load_config(None, [f"{setting}={value}"])
+    cfg.inputs, cfg.output = ["s3://b/in"], "s3://b/out"
+    assert prepare.worker_paths(cfg)[setting] == [local]
+    options, runner = launch.beam_options(["--runner=FlinkRunner", "--flink_master=flink-host:8081",
+                                           "--environment_type=EXTERNAL", "--environment_config=localhost:50000"])
+    with pytest.raises(UserError) as e:
+        launch.check_paths_reach_workers(options, runner, prepare.worker_paths(cfg))
+    assert str(e.value).startswith(f"{setting} {local} is this machine's disk"), e.value
+    cfg2 = load_config(None, [f"{setting}={value.replace(local, 's3://b/file')}"])
+    cfg2.inputs, cfg2.output = ["s3://b/in"], "s3://b/out"
+    launch.check_paths_reach_workers(options, runner, prepare.worker_paths(cfg2))

@@ -98,7 +98,7 @@ def _prepare(args: argparse.Namespace, cfg, beam_args: list[str]) -> int:
         display = progress_line.Display() if sys.stdout.isatty() and sys.stderr.isatty() else None
     else:
         # refused before "submitting" is said (prepare.run checks it again for every caller)
-        launch.check_paths_reach_workers(options, runner, {"--input": cfg.inputs, "--output": [cfg.output]})
+        launch.check_paths_reach_workers(options, runner, prepare.worker_paths(cfg))
         launch.announce_remote(options)
     report_path = prepare.run(cfg, beam_args, display)
     _print_report(report_path if cfg.report.enabled else None, console(), cfg.output)

@@ -225,4 +225,7 @@ def publish(root: str, out: str, owned: list[str]) -> dict:
         held.check()
     st.write(_join(out, "manifest.json"), json.dumps(manifest, indent=2).encode("utf-8"))  # the commit
     sweep(out, keep=name)
+    # An output an older tokenmill published in place (OUT/docs/..., OUT/shards/...): no longer named.
+    base = out.rstrip("/") + "/"
+    st.delete([u for u in st.list(out) if any(fnmatch.fnmatchcase(u[len(base):], p) for p in owned)])
     return manifest

@@ -124,8 +124,9 @@ def _filesystem(path: str) -> str:
 
 def check_paths_reach_workers(options: PipelineOptions, runner: PipelineRunner, paths: dict[str, list[str]]) -> None:
     """A job whose workers run on another host cannot read or write this machine's disk: a local
-    --input or --output is one line before anything is submitted (unless it is a network mount,
-    or the Python stages run here: LOOPBACK)."""
+    path a worker opens (--input, --output, a model, a URL or decontamination list:
+    prepare.worker_paths) is one line before anything is submitted, naming the setting (unless
+    it is a network mount, or the Python stages run here: LOOPBACK)."""
     host = cluster_host(options, runner)
     if not host or harness_in_launcher(options, runner):
         return

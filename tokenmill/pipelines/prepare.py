@@ -182,6 +182,16 @@ def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
          | "Manifest" >> beam.Map(manifest, tok=beam.pvalue.AsSingleton(tok_info)))
 
 
+def worker_paths(cfg: JobConfig) -> dict[str, list[str]]:
+    """Every path the job's workers open, by the flag or setting that names it (the tokenizer is
+    not one: the launcher copies it into OUT, where the workers read it)."""
+    paths = {"--input": cfg.inputs, "--output": [cfg.output]}
+    for spec, section in stages.enabled(cfg, phase=None):
+        if spec.reads is not None:
+            paths.update({k: v for k, v in spec.reads(section).items() if v})
+    return paths
+
+
 def check_accounted(result, report_path: str, out: str) -> None:
     """Every record read reached the report, by the runner's own count of the records read (the
     read step's committed ``read.records``): a runner that calls a job done after one of its
@@ -215,7 +225,7 @@ def run(cfg: JobConfig, beam_args: list[str], display: progress_line.Display | N
     scan = scan if scan is not None else check_job(cfg)
     graph = graph or build
     options, runner = launch.beam_options(beam_args)
-    launch.check_paths_reach_workers(options, runner, {"--input": cfg.inputs, "--output": [cfg.output]})
+    launch.check_paths_reach_workers(options, runner, worker_paths(cfg))
     with output.locked(cfg.output):
         output.remove_leftovers(cfg.output)
         stage = output.new_stage(cfg.output)

@@ -164,7 +164,10 @@ class RefilterFn(beam.DoFn):
 
 def graph(src: str, cleared: list[str]):
     def build(p: beam.Pipeline, cfg: JobConfig, scan: InputScan, out: str, progress_to: str | None) -> None:
-        FileSystems.copy([FileSystems.join(src, prepare.INPUT_LIST)], [FileSystems.join(out, prepare.INPUT_LIST)])
+        with FileSystems.open(FileSystems.join(src, prepare.INPUT_LIST)) as fh:  # read and written:
+            listed = fh.read()                                                  # src and out may be on
+        with FileSystems.create(FileSystems.join(out, prepare.INPUT_LIST)) as fh:  # different stores
+            fh.write(listed)
         docs = (p
                 | "ReadDocs" >> beam.io.ReadFromParquet(FileSystems.join(src, "docs", "*.parquet"))
                 | "Refilter" >> beam.ParDo(RefilterFn(cfg, cleared, src)))

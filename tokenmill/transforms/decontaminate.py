@@ -179,4 +179,5 @@ def _refilter_check(new: dict, old: dict, src: str) -> None:
 
 # refilter runs it again on the stored text, which is the text it runs on (after PII redaction).
 SPEC = Stage(STAGE, "decontaminate", DecontaminateFn, fields=lambda cfg: [pa.field("decontaminated", pa.list_(pa.string()))],
-             check=_check, refilter="rerun", derived=("decontaminated",), refilter_check=_refilter_check)
+             check=_check, refilter="rerun", derived=("decontaminated",), refilter_check=_refilter_check,
+             reads=lambda cfg: {"decontaminate.files": cfg.files})

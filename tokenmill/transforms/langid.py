@@ -147,4 +147,5 @@ def _refilter_check(new: dict, old: dict, src: str) -> None:
 
 SPEC = Stage("language", "language", LanguageFn, check=_check,
              report={"lang": None, "lang_score": (0.0, 1.0, 20, False)},
-             refilter="redecide", refilter_check=_refilter_check)
+             refilter="redecide", refilter_check=_refilter_check,
+             reads=lambda cfg: {"language.model": [cfg.model] if cfg.model else []})

@@ -239,4 +239,5 @@ for _rule in sorted(RULES, key=lambda r: r.report is None):
         _REPORT.setdefault(_rule.signal, _rule.report)
 SPEC = Stage("quality", "quality", QualityFn, fields=fields, check=_check,
              report={**_REPORT, "char_entropy": (0.0, 8.0, 32, False), "quality_classifier": _UNIT},
-             refilter="redecide", derived=("quality_flag",), refilter_check=_refilter_check)
+             refilter="redecide", derived=("quality_flag",), refilter_check=_refilter_check,
+             reads=lambda cfg: {"quality.classifier.model": list(classifier.models(cfg.classifier).values())})

@@ -134,6 +134,9 @@ class Stage:
     fn: Callable[[Any], beam.DoFn] | None = None
     fields: Callable[[Any], list] = _no_fields
     check: Callable[[Any, Any], None] | None = None
+    # The files its workers read (``reads(section)``: setting -> paths): on a cluster whose
+    # workers are other hosts, a local one is refused before submission (launch.check_paths_reach_workers).
+    reads: Callable[[Any], dict[str, list[str]]] | None = None
     # The columns it sets that the report shows: a kept-vs-dropped histogram (low, high, bins,
     # log10 scale), or None for a value shown with each sample document only.
     report: dict[str, tuple | None] = field(default_factory=dict)

@@ -149,4 +149,5 @@ class UrlFn(StageFn):
 
 # Before extraction: a blocked page is not parsed. Every list reads and every regex compiles
 # before the job starts.
-SPEC = Stage(STAGE, "url", UrlFn, check=lambda cfg, job: read_list(cfg.block_files + cfg.allow_files))
+SPEC = Stage(STAGE, "url", UrlFn, check=lambda cfg, job: read_list(cfg.block_files + cfg.allow_files),
+             reads=lambda cfg: {"url.block_files": cfg.block_files, "url.allow_files": cfg.allow_files})
