@@ -136,3 +136,31 @@ def test_a_local_file_a_worker_reads_is_named_before_submission(setting, tmp_pat
     cfg2 = load_config(None, [f"{setting}={value.replace(local, 's3://b/file')}"])
     cfg2.inputs, cfg2.output = ["s3://b/in"], "s3://b/out"
     launch.check_paths_reach_workers(options, runner, prepare.worker_paths(cfg2))
+
+
+def test_a_worker_whose_extractor_is_another_build_stops_the_job(tmp_path):
+    """The launcher's extractor identity travels with the extract step; a worker of another build
+    (here: the pure-Python walk, TOKENMILL_PURE_PYTHON=1, where the launcher has the compiled one)
+    refuses to start in one line, and the manifest records the identity."""
+    from tokenmill.config import ExtractConfig
+    from tokenmill.errors import UserError
+    from tokenmill.transforms.extract.extract_fn import ExtractFn
+    from tokenmill.transforms.extract.tree import identity
+
+    fn = ExtractFn(ExtractConfig())
+    assert fn.identity == identity()
+    fn.setup()  # same build: fine
+    other = subprocess.run([sys.executable, "-c", "import json; from tokenmill.transforms.extract.tree import identity; "
+                            "print(json.dumps(identity()))"], capture_output=True, text=True, check=True,
+                           env={**os.environ, "TOKENMILL_PURE_PYTHON": "1"})
+    worker = json.loads(other.stdout)
+    if worker == identity():
+        pytest.skip("this install has no compiled walk: both builds are the pure-Python one")
+    fn.identity = worker  # the launcher was the pure-Python build, this worker the compiled one
+    with pytest.raises(UserError) as e:
+        fn.setup()
+    assert "\n" not in str(e.value) and "differs from the launcher's" in str(e.value)
+    from conftest import REPO
+
+    rc, _, _ = run_prepare(tmp_path / "out", [REPO / "tokenmill" / "sample" / "docs.jsonl"])
+    assert rc == 0 and json.loads((tmp_path / "out" / "manifest.json").read_text())["extractor"] == identity()

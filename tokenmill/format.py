@@ -148,7 +148,8 @@ def shard_bytes(rows: list[tuple[str, np.ndarray]], schema: pa.Schema, batch_tok
     return sink.getvalue().to_pybytes()
 
 
-def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: dict, version: str) -> dict:
+def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: dict, version: str,
+                   extractor: dict | None = None) -> dict:
     splits = {}
     for split in SPLITS:
         mine = sorted((s for s in shards if s["split"] == split), key=lambda s: s["file"])
@@ -168,6 +169,7 @@ def build_manifest(shards: list[dict], tok: dict[str, Any], dtype: str, config: 
         "duplicates": {"keep": (dd := config.get("dedup") or {}).get("keep", "one"),
                        "repeats": dd.get("repeats") if dd.get("keep") == "rehydrate" else None},
         "config": config,
+        **({"extractor": extractor} if extractor else {}),  # the build that extracted the text
     }
 
 

@@ -172,10 +172,15 @@ def write_manifest(shard_metas, tok_json, cfg: JobConfig, out: str) -> None:
     """OUT/manifest.json, once every shard is written (it waits for all their entries)."""
     tok_info = tok_json | "TokenizerInfo" >> beam.Map(tokenization.tokenizer_info, cfg.tokenize.eos_token)
     config = cfg.model_dump(mode="json")
+    extractor = None
+    if cfg.extract.enabled:
+        from tokenmill.transforms.extract.tree import identity
+
+        extractor = identity()
 
     def manifest(metas, tok):
         dtype = tokenization.token_dtype(tok["vocab_size"]).name
-        return shards.write_manifest(metas, out, tok, dtype, config, __version__)
+        return shards.write_manifest(metas, out, tok, dtype, config, __version__, extractor)
 
     _ = (shard_metas
          | "AllShards" >> beam.combiners.ToList()

@@ -91,8 +91,9 @@ def write_shard(key: tuple[str, int, int], rows: list[tuple[str, np.ndarray]], o
     return shard.close()
 
 
-def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: dict, version: str) -> dict:
-    manifest = build_manifest(shards, tok, dtype, config, version)
+def write_manifest(shards: list[dict], out: str, tok: dict, dtype: str, config: dict, version: str,
+                   extractor: dict | None = None) -> dict:
+    manifest = build_manifest(shards, tok, dtype, config, version, extractor)
     write_atomically(FileSystems.join(out, "manifest.json"), json.dumps(manifest, indent=2).encode("utf-8"))
     return manifest
 

@@ -6,6 +6,7 @@ thin Beam wrapper and the place that turns its result into a drop reason."""
 from __future__ import annotations
 
 from tokenmill.config import ExtractConfig
+from tokenmill.errors import UserError
 from tokenmill.transforms.doc import drop
 from tokenmill.transforms.stage_base import Stage, StageFn
 
@@ -28,6 +29,21 @@ def extract_doc(doc: dict, cfg: ExtractConfig) -> dict:
 
 class ExtractFn(StageFn):
     stage = "extract"
+
+    def __init__(self, cfg: ExtractConfig):
+        super().__init__(cfg)
+        from .tree import identity
+
+        self.identity = identity()  # the launcher's: a worker must match it (setup)
+
+    def setup(self):
+        from .tree import identity
+
+        mine = identity()
+        if mine != self.identity:
+            differ = ", ".join(f"{k} {mine.get(k)} (launcher: {v})" for k, v in self.identity.items() if mine.get(k) != v)
+            raise UserError(f"extract: this worker's extractor differs from the launcher's ({differ}); one job would "
+                            "mix texts of two builds: install the same tokenmill build on the workers")
 
     def apply(self, doc):
         return extract_doc(doc, self.cfg)

@@ -222,6 +222,18 @@ def lexbor_walk():
 
 
 _LEXBOR = lexbor_walk()
+
+
+def identity() -> dict[str, str]:
+    """What decides this process's extracted text: which walks are compiled and the parser
+    versions (the pure-Python walk over lxml's tree gives different text on a few pages than the
+    compiled one over lexbor's). Recorded in the manifest; a worker whose identity is not the
+    launcher's stops the job (extract_fn.ExtractFn.setup)."""
+    from tokenmill import __version__
+
+    return {"tokenmill": __version__, "walk": "compiled" if ACCELERATED is not None else "python",
+            "html5": "lexbor" if _LEXBOR is not None else "lxml", "lxml": ".".join(map(str, etree.LXML_VERSION)),
+            "selectolax": _selectolax_version()}
 # HTML5 tree building has steps whose cost grows with the square of what is open, in C, where no
 # deadline reaches: the open elements are searched at each block tag (40,000 nested <div>: 3.8 s
 # in lexbor), the open formatting elements at each new one (20,000 "<b id=N>": 3.8 s), a
