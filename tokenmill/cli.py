@@ -12,8 +12,8 @@ import sys
 from importlib import resources
 
 from tokenmill import __version__, memory
+from tokenmill.credentials import store_flags
 from tokenmill.errors import Terminated, UserError
-from tokenmill.store import store_flags
 
 
 def sample_dir() -> str:
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args, extra)
     except UserError as e:
-        from tokenmill.store import redact
+        from tokenmill.credentials import redact
         from tokenmill.terminal import safe
 
         print(f"tokenmill: error: {redact(safe(e))}", file=sys.stderr)  # data shown safe; no credential

@@ -373,12 +373,12 @@ def local_view(out: str, files: bool = False) -> str:
     memory-maps its shards; compare, spikes and tokenizer training read its docs): OUT itself when
     local; for an object store, the files its manifest lists (the shards and tokenizer; with
     ``files``, every other published file too, the docs and report among them), each fetched once
-    into the local cache and checked against the manifest's sha256 before use (store.cached),
+    into the local cache and checked against the manifest's sha256 before use (store_cache.cached),
     linked under ``<cache>/views/<the manifest's sha256>/`` at their paths under the committed
     root, beside the manifest with its paths made relative to that root again."""
     if not _remote(out):
         return out
-    from tokenmill import store
+    from tokenmill import store, store_cache
 
     st = store.Store(out)
     raw = st.read(join(out, "manifest.json"))
@@ -401,12 +401,12 @@ def local_view(out: str, files: bool = False) -> str:
     listed = {rel: f for rel, f in manifest.pop("files", {}).items() if isinstance(f, dict)}
     if files:
         wanted.update({rel: (f["sha256"], f["bytes"]) for rel, f in listed.items() if _shard_file_problem(rel) is None})
-    view = os.path.join(store.cache_dir(), "views", hashlib.sha256(raw).hexdigest())
+    view = os.path.join(store_cache.cache_dir(), "views", hashlib.sha256(raw).hexdigest())
     keep = [sha for sha, _ in wanted.values()]
 
     def link(item):
         rel, (sha, size) = item
-        blob = store.cached(join(out, rel), sha, size, keep)
+        blob = store_cache.cached(join(out, rel), sha, size, keep)
         dest = os.path.join(view, local(rel))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.realpath(dest) != blob:

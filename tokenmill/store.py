@@ -1,13 +1,7 @@
-"""Object stores (s3://, gs://) beside local paths: one client per process, Beam's S3 filesystem
-made fit for many small files, the operations the output's commit protocol needs, the secrets
-kept out of every line, and a verified local cache for what must be a local file (the trainer's
-memory-mapped shards).
-
-Credentials and the endpoint come from the usual places: the AWS environment variables
-(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), ``~/.aws``, or Beam's ``--s3_*`` flags, which
-``absorb_flags`` moves into this process's environment so that every local worker inherits them
-(a remote runner's workers get them through the job, as Beam sends every option). ``gs://`` goes
-through Beam's GCS filesystem (google-cloud-storage; ``STORAGE_EMULATOR_HOST`` for an emulator).
+"""Object stores (s3://, gs://) beside local paths: one client per process (S3, GCS), the
+operations the output's commit protocol needs (S3Store, GCSStore), and an object read as a file
+with one request (ObjectReader). Credentials: tokenmill/credentials.py; Beam's own filesystems,
+made fit for many small files: tokenmill/beamfs.py; the local cache: tokenmill/store_cache.py.
 
 Nothing here imports Beam or boto3 at module load: the trainer imports this module too.
 """
@@ -15,27 +9,17 @@ Nothing here imports Beam or boto3 at module load: the trainer imports this modu
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
-import importlib
 import io
 import os
-import re
-import sys
 import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
+from tokenmill.credentials import FLAG_ENV, describe
 from tokenmill.errors import UserError
 
-# Beam's flag -> the environment variable boto3 reads. The secret ones are never printed.
-FLAG_ENV = {"s3_access_key_id": "AWS_ACCESS_KEY_ID", "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-            "s3_session_token": "AWS_SESSION_TOKEN", "s3_endpoint_url": "AWS_ENDPOINT_URL",
-            "s3_region_name": "AWS_REGION"}
-SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN")
 # Bounded retries with backoff (botocore's "standard" mode: exponential, jittered, throttling
 # errors included): a throttling store slows a run down, a dead one ends it within ~a minute.
 RETRIES = 6
@@ -53,72 +37,6 @@ def split_url(url: str) -> tuple[str, str, str]:
     scheme, _, rest = url.partition("://")
     bucket, _, key = rest.partition("/")
     return scheme, bucket, key
-
-
-# ---------------------------------------------------------------- secrets
-
-
-def absorb_flags(beam_args: list[str], keep: bool) -> list[str]:
-    """Beam's ``--s3_*`` flags into this process's environment (boto3 reads it; local workers
-    inherit it), returned without them unless ``keep`` (a remote runner's workers need them in
-    the job's options). Must run before any worker process starts."""
-    rest = []
-    it = iter(range(len(beam_args)))
-    for i in it:
-        arg = beam_args[i]
-        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
-        if name in FLAG_ENV:
-            if not eq and i + 1 < len(beam_args):
-                value = beam_args[i + 1]
-                next(it, None)
-                if keep:
-                    rest += [arg, value]
-            elif keep:
-                rest.append(arg)
-            os.environ[FLAG_ENV[name]] = value
-            continue
-        rest.append(arg)
-    return rest
-
-
-# Runners whose workers are this machine's processes, started by this one (they inherit its
-# environment): Beam's --s3_* flags reach them through it, never through a command line.
-LOCAL_RUNNERS = ("", "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "PrismRunner")
-
-
-def store_flags(args: list[str], beam: bool = True) -> list[str]:
-    """A verb's extra arguments with Beam's --s3_* flags taken into the environment
-    (absorb_flags): kept in the job's options only for a remote runner's job (``beam``)."""
-    runner = ""
-    for i, a in enumerate(args):
-        if a.startswith("--runner="):
-            runner = a.split("=", 1)[1]
-        elif a == "--runner" and i + 1 < len(args):
-            runner = args[i + 1]
-    return absorb_flags(args, keep=beam and runner.rsplit(".", 1)[-1] not in LOCAL_RUNNERS)
-
-
-def secrets() -> list[str]:
-    """Every secret this process knows of, longest first (a key inside another is still hidden)."""
-    found = {os.environ.get(k, "") for k in SECRET_ENV}
-    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
-
-
-def redact(text: str) -> str:
-    for s in secrets():
-        text = text.replace(s, "***")
-    return text
-
-
-def describe(e: BaseException) -> str:
-    """A store error in one line: the service's code and message, no request ids or secrets."""
-    response = getattr(e, "response", None)
-    if isinstance(response, dict) and isinstance(response.get("Error"), dict):
-        err = response["Error"]
-        text = f"{err.get('Code', type(e).__name__)}: {err.get('Message', '')}".rstrip(": ")
-    else:
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return redact(re.sub(r"\s+", " ", text))[:300]
 
 
 # ---------------------------------------------------------------- one S3 client per process
@@ -150,170 +68,6 @@ def s3_client(endpoint: str | None = None, key_id: str | None = None, secret: st
                 aws_session_token=token, region_name=region, verify=verify, use_ssl=use_ssl, config=config)
             _clients[ident] = client
         return client
-
-
-_patched = False
-
-
-def patch_beam() -> None:
-    """Beam's S3 filesystem, made fit for a job of many files (apache-beam 2.62):
-    - one boto3 client per process and settings, instead of one per call;
-    - a file under 5 MB is one PutObject when closed, not a multipart upload: an empty file can be
-      written (S3 refuses a multipart upload of no part, Beam's way), a small one costs one request
-      instead of three, and a worker killed while writing it leaves no unfinished upload behind;
-    - a bigger file still goes up in 5 MB parts; an abandoned one aborts its upload.
-    - one layer of bounded retries (botocore's), not Beam's backoff around it as well;
-    - a process that runs no pipeline (inspect, export, report) reads the environment's settings
-      instead of failing for want of pipeline options.
-    And Beam's GCS filesystem: one storage client per process (Beam made one per call), and an
-    anonymous one where STORAGE_EMULATOR_HOST names an emulator (Beam first spent ~20 s looking
-    for credentials there).
-    Idempotent; each part a no-op without its library."""
-    global _patched
-    if _patched:
-        return
-    _patched = True
-    _patch_gcs()
-    _patch_s3()
-
-
-def _patch_gcs() -> None:
-    from apache_beam.io.filesystems import FileSystems
-
-    get_filesystem = FileSystems.get_filesystem
-
-    def get_filesystem_loading_gcs(path):  # Beam's GCS filesystem, loaded with the first gs:// path
-        if path.startswith("gs://") and "apache_beam.io.gcp.gcsfilesystem" not in sys.modules:
-            import warnings
-
-            with warnings.catch_warnings():  # google-auth's notices about grpcio and Python versions
-                warnings.simplefilter("ignore", FutureWarning)
-                with contextlib.suppress(ImportError):
-                    importlib.import_module("apache_beam.io.gcp.gcsfilesystem")
-                    _patch_gcsio()
-        return get_filesystem(path)
-
-    FileSystems.get_filesystem = staticmethod(get_filesystem_loading_gcs)
-    if "apache_beam.io.gcp.gcsfilesystem" in sys.modules:
-        _patch_gcsio()
-
-
-def _patch_gcsio() -> None:
-    try:
-        from apache_beam.io.gcp import gcsio
-    except ImportError:
-        return
-    if getattr(gcsio.create_storage_client, "tokenmill", False):
-        return
-    made = gcsio.create_storage_client
-    cache: dict[tuple, object] = {}
-
-    def create_storage_client(pipeline_options, use_credentials=True):
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
-            return gcs_client()
-        ident = (os.getpid(), use_credentials)
-        if ident not in cache:
-            cache[ident] = made(pipeline_options, use_credentials)
-        return cache[ident]
-
-    create_storage_client.tokenmill = True
-    gcsio.create_storage_client = create_storage_client
-
-
-def _patch_s3() -> None:
-    try:
-        from apache_beam.io.aws import s3io
-        from apache_beam.io.aws.clients.s3 import boto3_client
-        from apache_beam.options import pipeline_options
-    except ImportError:
-        return
-    if not getattr(s3io, "BOTO3_INSTALLED", False):
-        return
-
-    def client_init(self, options):
-        if isinstance(options, pipeline_options.PipelineOptions):
-            o = options.view_as(pipeline_options.S3Options)
-            get = lambda name: getattr(o, name, None)  # noqa: E731
-        else:
-            get = (options or {}).get
-        self.client = s3_client(get("s3_endpoint_url"), get("s3_access_key_id"), get("s3_secret_access_key"),
-                                get("s3_session_token"), get("s3_region_name"), get("s3_verify"),
-                                not get("s3_disable_ssl"))
-        self._download_request = None
-        self._download_stream = None
-        self._download_pos = 0
-
-    boto3_client.Client.__init__ = client_init
-    # botocore retries every request itself, with jittered backoff, RETRIES times; Beam's own
-    # backoff on top (7 more tries from 5 s, doubling, around each of those) kept a run whose
-    # store went away waiting ~10 minutes before its error. One layer of retries, bounded.
-    from apache_beam.utils import retry
-
-    for cls, name in ((s3io.S3IO, "copy"), (s3io.S3IO, "delete"), (s3io.S3IO, "_delete_minibatch"),
-                      (s3io.S3IO, "_s3_object"), (s3io.S3Downloader, "_get_object_metadata")):
-        method = getattr(cls, name, None)
-        if method is not None and hasattr(method, "__wrapped__"):
-            setattr(cls, name, method.__wrapped__)
-    s3io.retry = SimpleNamespace(**{**vars(retry), "with_exponential_backoff": lambda **kw: (lambda fn: fn)})
-    io_init = s3io.S3IO.__init__
-
-    def s3io_init(self, client=None, options=None):  # no pipeline options (a verb outside a job): the environment's
-        io_init(self, client, {} if client is None and options is None else options)
-
-    s3io.S3IO.__init__ = s3io_init
-
-    class Uploader(s3io.S3Uploader):
-        MIN_PART = 5 * 1024 * 1024
-
-        def __init__(self, client, path, mime_type="application/octet-stream"):
-            self._chunks: list[bytes] = []
-            self._buffered = 0
-            self.aborted = False
-            super().__init__(client, path, mime_type)
-
-        def _start_upload(self):  # deferred until a part is due (see put)
-            pass
-
-        def put(self, data):
-            self._chunks.append(data.tobytes())
-            self._buffered += len(self._chunks[-1])
-            if self._buffered >= self.MIN_PART:
-                if self.upload_id is None:
-                    s3io.S3Uploader._start_upload(self)
-                self._write_to_s3(b"".join(self._chunks))
-                self._chunks, self._buffered = [], 0
-
-        def finish(self):
-            if self.aborted:
-                return
-            body = b"".join(self._chunks)
-            self._chunks, self._buffered = [], 0
-            if self.upload_id is None:
-                self._client.client.put_object(Bucket=self._bucket, Key=self._name, Body=body,
-                                               ContentType=self._mime_type)
-                return
-            self.buffer = body
-            super().finish()
-
-        def abort(self):
-            self.aborted = True
-            if self.upload_id is not None:
-                with contextlib.suppress(Exception):
-                    self._client.client.abort_multipart_upload(Bucket=self._bucket, Key=self._name,
-                                                               UploadId=self.upload_id)
-
-    s3io.S3Uploader = Uploader
-
-
-
-def abort_write(fh) -> None:
-    """Drop a file opened for writing through Beam without making it (an S3 upload is aborted:
-    no object, no unfinished upload). Other filesystems: closed as usual."""
-    uploader = getattr(getattr(fh, "raw", None), "_uploader", None)
-    if uploader is not None and hasattr(uploader, "abort"):
-        uploader.abort()
-    with contextlib.suppress(Exception):
-        fh.close()
 
 
 # ---------------------------------------------------------------- the operations OUT needs
@@ -668,67 +422,3 @@ def parallel(fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
-# ---------------------------------------------------------------- a verified local cache
-
-
-def cache_dir() -> str:
-    return os.environ.get("TOKENMILL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tokenmill", "objects")
-
-
-def cache_limit() -> int:
-    """Bytes the cache may hold (TOKENMILL_CACHE_GB, default 50): older entries not in use by
-    this process are removed to make room."""
-    return int(float(os.environ.get("TOKENMILL_CACHE_GB", "50")) * 2**30)
-
-
-@contextlib.contextmanager
-def _cache_locked(folder: str, name: str) -> Iterator[None]:
-    os.makedirs(folder, exist_ok=True)
-    fd = os.open(os.path.join(folder, f"{name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def cached(url: str, sha256: str, size: int, keep: Iterable[str] = ()) -> str:
-    """A local copy of ``url`` whose sha256 is ``sha256``: from the cache (named by the hash, so
-    a changed object is never mistaken for the old one), or downloaded and checked first. Ranks
-    on one host share it (a file lock: one download per file per host). ``keep``: the hashes
-    this process needs too, never evicted to make room."""
-    folder = cache_dir()
-    local = os.path.join(folder, sha256)
-    if os.path.exists(local):
-        os.utime(local)
-        return local
-    with _cache_locked(folder, sha256):
-        if os.path.exists(local):
-            return local
-        _make_room(folder, size, {sha256, *keep})
-        got = Store(url).download(url, local + ".new")
-        if got != sha256:
-            os.unlink(local + ".new")
-            raise UserError(f"{url}: sha256 {got[:12]}... does not match the manifest ({sha256[:12]}...)")
-        os.replace(local + ".new", local)
-    return local
-
-
-def _make_room(folder: str, size: int, keep: set[str]) -> None:
-    entries = []
-    for name in os.listdir(folder):
-        if len(name) == 64 and name not in keep:
-            st = os.stat(os.path.join(folder, name))
-            entries.append((st.st_mtime, name, st.st_size))
-    total = sum(e[2] for e in entries)
-    for _, name, n in sorted(entries):
-        if total + size <= cache_limit():
-            break
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(folder, name))
-        total -= n
-
-
-def now() -> float:
-    return time.time()

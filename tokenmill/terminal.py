@@ -57,6 +57,6 @@ class SafeFormatter(logging.Formatter):
     keeps its lines."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from tokenmill.store import redact  # no store credential reaches a log line
+        from tokenmill.credentials import redact  # no store credential reaches a log line
 
         return redact(safe(super().format(record), newlines=True))

@@ -4,7 +4,7 @@ attempt's file (same rows, same bytes); a failed one deletes its temporary file.
 
 On an object store an object appears only once its upload completes, so a file is written
 under its final name (no copy, no delete: a "rename" there is both), and a failed one's upload
-is aborted (store.abort_write): nothing appears."""
+is aborted (beamfs.abort_write): nothing appears."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import contextlib
 import uuid
 
 from tokenmill import store
-from tokenmill.beamfs import FileSystems
+from tokenmill.beamfs import FileSystems, abort_write
 
 
 class TempFile:
@@ -36,7 +36,7 @@ class TempFile:
     def abandon(self) -> None:
         """After a failure: close and delete the temporary file, quietly (the failure is the news)."""
         if self.tmp == self.path:
-            store.abort_write(self.fh)
+            abort_write(self.fh)
             return
         with contextlib.suppress(Exception):
             self._close()
