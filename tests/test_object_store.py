@@ -359,3 +359,24 @@ def test_a_throttling_store(s3):
     assert took < 120, took
     r = tm("inspect", s3.url("out/throttled"))
     assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr
+
+
+def test_a_lock_that_is_not_a_runs_is_taken_over_and_a_live_one_is_not(s3):
+    """A lock object of no run (garbage, or a list) is taken over; a live run's on another host
+    is refused in one line until its lease lapses."""
+    import socket as _socket
+
+    from tokenmill.store import Store
+
+    out = s3.url("out/locked")
+    st = Store(out)
+    st.write(f"{out}/.tokenmill.lock", b"[1, 2]")
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    live = {"run": "x", "host": "elsewhere-" + _socket.gethostname(), "boot": "", "pid": 1, "expires": time.time() + 600}
+    st.write(f"{out}/.tokenmill.lock", json.dumps(live).encode())
+    r = tm("prepare", "--output", out, "--quiet")
+    assert r.returncode == 2 and "is in use by another tokenmill prepare (host elsewhere-" in r.stderr, r.stderr
+    live["expires"] = time.time() - 1  # its lease lapsed: the run died
+    st.write(f"{out}/.tokenmill.lock", json.dumps(live).encode())
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    assert tm("inspect", out).returncode == 0

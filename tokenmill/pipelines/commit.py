@@ -85,8 +85,15 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
+def _expires(holder: dict) -> float:
+    try:
+        return float(holder.get("expires", 0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _stale(holder: dict) -> bool:
-    if time.time() > float(holder.get("expires", 0)):
+    if time.time() > _expires(holder):
         return True
     same_host = holder.get("host") == socket.gethostname() and holder.get("boot") == _boot_id()
     return same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"])
@@ -114,12 +121,13 @@ class _Lease:
             holder = json.loads(raw) if raw else {}
         except ValueError:
             holder = {}
+        holder = holder if isinstance(holder, dict) else {}  # no lock of ours: no expiry, so stale
         if held_etag is None:  # released between our two requests
             self.etag = self.st.write(self.url, self._body(), if_absent=True)
         elif _stale(holder):  # a dead run's: taken over only if still the same object
             self.etag = self.st.write(self.url, self._body(), if_match=held_etag)
         if self.etag is None:
-            since = max(0, round(float(holder.get("expires", time.time())) - time.time()))
+            since = max(0, round(_expires(holder) - time.time()))
             raise UserError(f"output: {self.out} is in use by another tokenmill prepare (host "
                             f"{holder.get('host', '?')}, pid {holder.get('pid', '?')}); wait for it or choose another "
                             f"--output (a run that died lets go of it within {since} s)")
