@@ -380,3 +380,35 @@ def test_a_lock_that_is_not_a_runs_is_taken_over_and_a_live_one_is_not(s3):
     st.write(f"{out}/.tokenmill.lock", json.dumps(live).encode())
     assert tm("prepare", "--output", out, "--quiet").returncode == 0
     assert tm("inspect", out).returncode == 0
+
+
+def test_killed_inside_the_commit(s3):
+    """SIGKILL while the run publishes (its files all written, the manifest not yet): the request
+    that hashes the new report.html, which only the commit makes, is held by a proxy in front of
+    the gateway and the run killed then. The previous output stays whole; the next run removes
+    what the dead one left."""
+    s3_only(s3)
+    from tests.throttling_proxy import ThrottlingProxy
+
+    out = s3.url("out/commit-kill")
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    before = json.loads(s3.get("out/commit-kill/manifest.json"))
+    hold = lambda method, path: 30.0 if method == "GET" and path.split("?")[0].endswith("/report/report.html") else 0  # noqa: E731
+    with ThrottlingProxy(s3.port, every=0, hold=hold) as proxy:
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        proc = subprocess.Popen([*TOKENMILL, "prepare", "--output", out, "--quiet", "--set", "quality.gopher.min_words=80"],
+                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        assert proxy.held.wait(120), proc.stderr.read() if proc.poll() is not None else "not held"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert json.loads(s3.get("out/commit-kill/manifest.json")) == before  # the commit never happened
+    r = tm("inspect", out)
+    assert r.returncode == 0 and "all checksums and counts match" in r.stdout, r.stderr
+    left = {k.split("/")[2] for k in s3.keys("out/commit-kill/")}
+    assert ".tokenmill.lock" in left  # the dead run's: taken over below (its pid is gone)
+    roots = left - {"manifest.json", ".tokenmill.lock"}
+    assert len(roots) == 2 and before["root"] in roots, roots  # the committed root, and the dead run's
+    assert tm("prepare", "--output", out, "--quiet").returncode == 0
+    manifest = json.loads(s3.get("out/commit-kill/manifest.json"))
+    assert {k.split("/")[2] for k in s3.keys("out/commit-kill/")} == {"manifest.json", manifest["root"]}

@@ -1,5 +1,6 @@
 """An HTTP proxy in front of a real S3 server that answers some requests itself, as a throttled
-S3 does (503 SlowDown), and may slow every request down: the faults a busy store shows, in front
+S3 does (503 SlowDown), may slow every request down, or hold chosen ones (to stop a client at a
+known moment): the faults a busy store shows, in front
 of the real server that does the rest. Requests are forwarded byte for byte (the Host header
 too, so the client's signature still holds), chunked bodies included."""
 
@@ -17,8 +18,11 @@ class ThrottlingProxy:
     """``every``: answer every N-th request with 503 SlowDown (1: all of them; 0: none);
     ``delay_s``: added to each request."""
 
-    def __init__(self, upstream_port: int, every: int = 4, delay_s: float = 0.0):
-        self.upstream_port, self.every, self.delay_s = upstream_port, every, delay_s
+    def __init__(self, upstream_port: int, every: int = 4, delay_s: float = 0.0, hold=None):
+        """``hold(method, path)``: seconds to hold that request before forwarding it (None: none);
+        ``held`` is set once a request has been held."""
+        self.upstream_port, self.every, self.delay_s, self.hold = upstream_port, every, delay_s, hold
+        self.held = threading.Event()
         self.seen = self.throttled = 0
         self._lock = threading.Lock()
         proxy = self
@@ -53,6 +57,9 @@ class ThrottlingProxy:
                     proxy.throttled += bool(throttle)
                 if proxy.delay_s:
                     threading.Event().wait(proxy.delay_s)
+                if proxy.hold is not None and (hold_s := proxy.hold(self.command, self.path)):
+                    proxy.held.set()
+                    threading.Event().wait(hold_s)
                 if throttle:
                     self.send_response(503)
                     self.send_header("Content-Type", "application/xml")
@@ -85,6 +92,7 @@ class ThrottlingProxy:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # a client killed mid-request
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
