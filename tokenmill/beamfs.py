@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import os
 import sys
+import threading
 from types import SimpleNamespace
 
 from tokenmill.pipelines.beamload import GOOGLE, without_optional
@@ -50,16 +51,21 @@ def _patch_gcs() -> None:
     from apache_beam.io.filesystems import FileSystems
 
     get_filesystem = FileSystems.get_filesystem
+    loaded = threading.Event()  # set once the import has finished (or failed): sys.modules holds a
+    lock = threading.Lock()     # module from the start of its import, which another thread would take for done
 
     def get_filesystem_loading_gcs(path):  # Beam's GCS filesystem, loaded with the first gs:// path
-        if path.startswith("gs://") and "apache_beam.io.gcp.gcsfilesystem" not in sys.modules:
-            import warnings
+        if path.startswith("gs://") and not loaded.is_set():
+            with lock:
+                if not loaded.is_set():
+                    import warnings
 
-            with warnings.catch_warnings():  # google-auth's notices about grpcio and Python versions
-                warnings.simplefilter("ignore", FutureWarning)
-                with contextlib.suppress(ImportError):
-                    importlib.import_module("apache_beam.io.gcp.gcsfilesystem")
-                    _patch_gcsio()
+                    with warnings.catch_warnings():  # google-auth's notices about grpcio and Python versions
+                        warnings.simplefilter("ignore", FutureWarning)
+                        with contextlib.suppress(ImportError):
+                            importlib.import_module("apache_beam.io.gcp.gcsfilesystem")
+                            _patch_gcsio()
+                    loaded.set()
         return get_filesystem(path)
 
     FileSystems.get_filesystem = staticmethod(get_filesystem_loading_gcs)
