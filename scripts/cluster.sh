@@ -98,30 +98,22 @@ install_spark() {
   build_jars
 }
 
-install_prism() {
-  [ -x "$(prism_bin)" ] && return
-  command -v go >/dev/null || die "Prism is built with Go: install go"
+go_tool() {  # binary module what: a Go tool built with `go install` into $HOME_DIR/bin as binary
+  local bin=$1 module=$2 what=$3
+  [ -x "$bin" ] && return
+  command -v go >/dev/null || die "$what is built with Go: install go"
   mkdir -p "$HOME_DIR/bin"
-  GOBIN="$HOME_DIR/bin" go install "github.com/apache/beam/sdks/v2/go/cmd/prism@v$PRISM_VERSION"
-  mv "$HOME_DIR/bin/prism" "$(prism_bin)"
+  echo "building $what (Go module proxy)..."
+  GOBIN="$HOME_DIR/bin" go install "$module"
+  local built=${module%@*}
+  mv "$HOME_DIR/bin/${built##*/}" "$bin"
 }
 
+install_prism() { go_tool "$(prism_bin)" "github.com/apache/beam/sdks/v2/go/cmd/prism@v$PRISM_VERSION" "Prism"; }
 install_s3() {
-  [ -x "$(s3_bin)" ] && return
-  command -v go >/dev/null || die "Versity's S3 gateway is built with Go: install go"
-  mkdir -p "$HOME_DIR/bin"
-  echo "building Versity's S3 gateway $VERSITYGW_VERSION (Go module proxy, ~3 min)..."
-  GOBIN="$HOME_DIR/bin" go install "github.com/versity/versitygw/cmd/versitygw@v$VERSITYGW_VERSION"
-  mv "$HOME_DIR/bin/versitygw" "$(s3_bin)"
+  go_tool "$(s3_bin)" "github.com/versity/versitygw/cmd/versitygw@v$VERSITYGW_VERSION" "Versity's S3 gateway (~3 min)"
 }
-
-install_gcs() {
-  [ -x "$(gcs_bin)" ] && return
-  command -v go >/dev/null || die "fake-gcs-server is built with Go: install go"
-  mkdir -p "$HOME_DIR/bin"
-  GOBIN="$HOME_DIR/bin" go install "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_VERSION"
-  mv "$HOME_DIR/bin/fake-gcs-server" "$(gcs_bin)"
-}
+install_gcs() { go_tool "$(gcs_bin)" "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_VERSION" "fake-gcs-server"; }
 
 # ---- processes -------------------------------------------------------------------------------
 

@@ -141,7 +141,7 @@ def _print_report(report_path: str | None, console, output: str = "") -> None:
         return
     print_summary(_load_report(report_path), console)
     out = markup(report_path.rsplit("/report/", 1)[0])
-    console.print(f"cleaned docs: {out}/docs/   shards: {out}/manifest.json\n"
+    console.print(f"cleaned docs: {out}/docs/   shards: {markup(output) if output else out}/manifest.json\n"
                   f"report: {out}/report/report.html (data: {markup(report_path)})")
 
 
@@ -149,7 +149,7 @@ def cmd_report(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.format import published  # on a store: under the root its manifest commits
     from tokenmill.terminal import console
 
-    _print_report(published(args.out.rstrip("/"), "report", "report.json"), console())
+    _print_report(published(args.out.rstrip("/"), "report", "report.json"), console(), args.out.rstrip("/"))
     return 0
 
 

@@ -348,20 +348,13 @@ def count_shard(path: str) -> tuple[int, int]:
 # ---------------------------------------------------------------- an output on an object store
 
 
-def _remote_manifest(out: str) -> dict | None:
-    try:
-        with open_read(join(out, "manifest.json")) as fh:
-            manifest = json.loads(fh.read().decode("utf-8"))
-    except Exception:  # noqa: BLE001 - no manifest: no committed root
-        return None
-    return manifest if isinstance(manifest, dict) else None
-
-
 def published(out: str, *parts: str) -> str:
     """The path of a published file of OUT (``published(out, "report", "report.json")``): under
     OUT itself, or, on an object store, under the root its manifest commits
     (pipelines/commit.py)."""
-    if _remote(out) and (manifest := _remote_manifest(out)) is not None:
+    from tokenmill import store
+
+    if store.is_store(out) and (manifest := store.committed(out)[1]) is not None:
         root = manifest.get("root")
         if isinstance(root, str) and _shard_file_problem(root) is None:
             return join(out, root, *parts)
@@ -380,8 +373,7 @@ def local_view(out: str, files: bool = False) -> str:
         return out
     from tokenmill import store, store_cache
 
-    st = store.Store(out)
-    raw = st.read(join(out, "manifest.json"))
+    raw, _ = store.committed(out)
     if raw is None:
         raise UserError(f"{join(out, 'manifest.json')}: missing (did `tokenmill prepare` finish?)")
     try:

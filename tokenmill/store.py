@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import io
+import json
 import os
 import threading
 from collections.abc import Iterable
@@ -94,6 +95,23 @@ def _one_line(cls):
         if callable(method) and not name.startswith("_"):
             setattr(cls, name, wrap(name, method))
     return cls
+
+
+def is_store(path: str) -> bool:
+    """A path on an object store tokenmill writes to (the commit protocol's: pipelines/commit.py)."""
+    return path.startswith(("s3://", "gs://"))
+
+
+def committed(out: str) -> tuple[bytes | None, dict | None]:
+    """OUT's manifest on a store, the commit point: its bytes and its JSON object ((None, None)
+    where there is none; (bytes, None) where it is no JSON object)."""
+    raw = Store(out).read(out.rstrip("/") + "/manifest.json")
+    if raw is None:
+        return None, None
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        manifest = json.loads(raw.decode("utf-8"))
+        return raw, manifest if isinstance(manifest, dict) else None
+    return raw, None
 
 
 def Store(url: str):  # noqa: N802 - reads as the class it returns
@@ -199,11 +217,15 @@ class S3Store:
                 self.c.abort_multipart_upload(Bucket=self.bucket, Key=self._key(url), UploadId=upload_id)
         return len(found)
 
+    def _reader(self, url: str):
+        """The object's bytes as a stream (closed by the caller)."""
+        return self.c.get_object(Bucket=self.bucket, Key=self._key(url))["Body"]
+
     def sha256(self, url: str) -> str:
-        body = self.c.get_object(Bucket=self.bucket, Key=self._key(url))["Body"]
         h = hashlib.sha256()
-        for chunk in iter(lambda: body.read(1 << 22), b""):
-            h.update(chunk)
+        with contextlib.closing(self._reader(url)) as src:
+            for chunk in iter(lambda: src.read(1 << 22), b""):
+                h.update(chunk)
         return h.hexdigest()
 
     def download(self, url: str, local: str) -> str:
@@ -211,9 +233,8 @@ class S3Store:
         tmp = f"{local}.part-{os.getpid()}"
         h = hashlib.sha256()
         try:
-            body = self.c.get_object(Bucket=self.bucket, Key=self._key(url))["Body"]
-            with open(tmp, "wb") as fh:
-                for chunk in iter(lambda: body.read(1 << 22), b""):
+            with contextlib.closing(self._reader(url)) as src, open(tmp, "wb") as fh:
+                for chunk in iter(lambda: src.read(1 << 22), b""):
                     h.update(chunk)
                     fh.write(chunk)
             os.replace(tmp, local)
@@ -387,27 +408,6 @@ class GCSStore(S3Store):
             return self.b.blob(self._key(url)).open("rb", chunk_size=1 << 22)
         except NotFound:
             raise FileNotFoundError(f"Not found: {url}") from None
-
-    def sha256(self, url: str) -> str:
-        h = hashlib.sha256()
-        with self._reader(url) as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                h.update(chunk)
-        return h.hexdigest()
-
-    def download(self, url: str, local: str) -> str:
-        tmp = f"{local}.part-{os.getpid()}"
-        h = hashlib.sha256()
-        try:
-            with self._reader(url) as src, open(tmp, "wb") as fh:
-                for chunk in iter(lambda: src.read(1 << 22), b""):
-                    h.update(chunk)
-                    fh.write(chunk)
-            os.replace(tmp, local)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return h.hexdigest()
 
 
 def _status(e: BaseException) -> int | None:

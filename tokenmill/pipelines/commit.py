@@ -41,7 +41,7 @@ LEGACY_PREFIXES = (".tokenmill-stage-", ".tokenmill-old-")
 
 def handles(path: str) -> bool:
     """An OUT this protocol writes: one on an object store (S3, GCS)."""
-    return path.startswith(("s3://", "gs://"))
+    return store.is_store(path)
 
 
 def lease_s() -> float:
@@ -54,18 +54,6 @@ def _join(*parts: str) -> str:
 
 def new_root(out: str) -> str:
     return _join(out, f"{RUN_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}")
-
-
-def committed(out: str, st: store.Store | None = None) -> dict | None:
-    """OUT's manifest, or None where there is none (or it is no JSON object)."""
-    st = st or store.Store(out)
-    raw = st.read(_join(out, "manifest.json"))
-    if raw is None:
-        return None
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        manifest = json.loads(raw.decode("utf-8"))
-        return manifest if isinstance(manifest, dict) else None
-    return None
 
 
 # ---------------------------------------------------------------- the lock
@@ -188,7 +176,7 @@ def sweep(out: str, keep: str | None = None) -> list[str]:
     stages of older versions, and unfinished multipart uploads under OUT. Run under the lock.
     Returns the prefixes removed."""
     st = store.Store(out)
-    manifest = committed(out, st) or {}
+    manifest = store.committed(out)[1] or {}
     live = {manifest.get("root"), keep}
     gone = [n for n in st.folders(out)
             if (n.startswith(RUN_PREFIX) and n not in live) or n.startswith(LEGACY_PREFIXES)]
