@@ -2,12 +2,14 @@
 # A real Flink cluster, a real Spark cluster and Prism on this machine, for trying and testing
 # `tokenmill prepare` on Beam's cluster runners.
 #
-#   scripts/cluster.sh install [flink|spark|prism|s3|gcs|all]   fetch the engines, build the job servers
+#   scripts/cluster.sh install [flink|spark|prism|s3|gcs|hosts|all]  fetch the engines, build the job servers
 #   scripts/cluster.sh up      [flink|spark|pool|s3|gcs|all]    start (again: restarts what died)
-#   scripts/cluster.sh down    [flink|spark|pool|s3|gcs|all]    stop
+#   scripts/cluster.sh up      hosts                     a Flink cluster of several hosts (as root; below)
+#   scripts/cluster.sh down    [flink|spark|pool|s3|gcs|hosts|all]  stop
+#   scripts/cluster.sh kill-host N                       every process of host N at once (a lost machine)
 #   scripts/cluster.sh status                            what runs, and where
-#   scripts/cluster.sh flags   flink|flink-external|spark|prism   the `prepare` flags for it
-#   scripts/cluster.sh env     s3                        `export AWS_...` lines that reach the S3 server
+#   scripts/cluster.sh flags   flink|flink-external|spark|prism|hosts   the `prepare` flags for it
+#   scripts/cluster.sh env     s3|gcs|hosts              `export ...` lines that reach that store server
 #
 # s3: Versity's S3 gateway (Apache-2.0, POSIX backend under .cluster/run/s3/data), on 127.0.0.1
 # only, with credentials generated at first `up` (.cluster/run/s3/credentials, mode 600) and a
@@ -42,6 +44,16 @@ S3_RUN=${S3_RUN:-$RUN/s3}  # its data, credentials, pid and log
 GCS_PORT=${GCS_PORT:-4443}
 GCS_BUCKET=${GCS_BUCKET:-tokenmill}
 GCS_RUN=${GCS_RUN:-$RUN/gcs}
+# hosts (see "hosts" below): namespaces HOSTS_PREFIX-hub, -h0 (JobManager, S3), -h1..-hN (workers)
+HOSTS_PREFIX=${HOSTS_PREFIX:-tmh}
+HOSTS_NET=${HOSTS_NET:-10.77.0}  # a /24 that exists only inside those namespaces
+HOSTS_WORKERS=${HOSTS_WORKERS:-2}
+HOSTS_REST_PORT=${HOSTS_REST_PORT:-8091}
+HOSTS_S3_PORT=${HOSTS_S3_PORT:-7071}
+HOSTS_RUN=${HOSTS_RUN:-$RUN/hosts}
+# what a host cannot see: the checkout's parent folder (the work tree, OUTs and data beside it),
+# homes and scratch folders; /tmp is each host's own
+HOSTS_HIDE=${HOSTS_HIDE:-$(dirname "$ROOT") /root /home /var/tmp /mnt /media /srv}
 # Spark 3.2 predates its own Java 17 support (3.3 passes these itself); the executors the worker
 # starts inherit them through the java launcher's JDK_JAVA_OPTIONS.
 JAVA17_OPENS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED
@@ -158,37 +170,38 @@ flink_taskmanagers() { http_json "http://localhost:$FLINK_REST_PORT/taskmanagers
 spark_workers() { http_json "http://127.0.0.1:$SPARK_UI_PORT/json/" \
   | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("aliveworkers", 0))'; }
 
-flink_conf() {
-  local conf=$RUN/flink/conf
-  mkdir -p "$conf" "$RUN/flink/tmp"
+flink_conf() {  # conf-dir jobmanager-address own-address tmp-dir rest-port [jobmanager-bind]: a Flink config.yaml
+  local conf=$1 jm=$2 own=$3 tmp=$4 rest=$5 bind=${6:-$2}
+  mkdir -p "$conf" "$tmp"
   cp "$FLINK_HOME"/conf/log4j*.properties "$FLINK_HOME"/conf/logback*.xml "$conf/"
   cat > "$conf/config.yaml" <<EOF
 # written by scripts/cluster.sh
 jobmanager:
-  rpc: {address: localhost, port: 6123}
-  bind-host: localhost
+  rpc: {address: $jm, port: 6123}
+  bind-host: $bind
   memory: {process: {size: 1024m}}
 taskmanager:
-  bind-host: localhost
-  host: localhost
+  bind-host: $own
+  host: $own
   numberOfTaskSlots: 1
   # a Beam batch job runs all its stages' tasks in a slot at once, each with its own network
   # buffers: Flink's default share (10% of ~1 GB) ran out on 3,000 pages
   memory: {process: {size: 2560m}, network: {min: 512m, max: 512m}}
-rest: {address: localhost, bind-address: localhost, port: $FLINK_REST_PORT}
+rest: {address: $jm, bind-address: $jm, port: $rest}
 parallelism: {default: 2}
-# a lost task manager: noticed within seconds, and the job restarts instead of failing
+# a lost task manager: noticed within seconds, and the job restarts instead of failing (a lost
+# host's slot comes back with a new host: a restart waits for it)
 heartbeat: {interval: 2000, timeout: 10000}
 restart-strategy:
   type: fixed-delay
-  fixed-delay: {attempts: 3, delay: 3 s}
-io: {tmp: {dirs: $RUN/flink/tmp}}
+  fixed-delay: {attempts: 5, delay: 3 s}
+io: {tmp: {dirs: $tmp}}
 EOF
 }
 
 up_flink() {
   [ -d "$FLINK_HOME" ] || die "no Flink in $HOME_DIR: run 'scripts/cluster.sh install flink' first"
-  flink_conf
+  flink_conf "$RUN/flink/conf" localhost localhost "$RUN/flink/tmp" "$FLINK_REST_PORT"
   local env=(env FLINK_CONF_DIR="$RUN/flink/conf" FLINK_LOG_DIR="$RUN/flink/log" FLINK_PID_DIR="$RUN/flink/daemon")
   spawn "$RUN/flink/jobmanager.pid" "$RUN/flink/log/jobmanager.out" \
     "${env[@]}" "$FLINK_HOME/bin/jobmanager.sh" start-foreground
@@ -242,10 +255,11 @@ up_pool() {  # Beam's worker pool, for --environment_type=EXTERNAL: SDK workers 
 
 down_pool() { stop "$RUN/pool/pool.pid"; }
 
-s3_credentials() {  # generated once, kept for the next `up`: KEY SECRET
-  local f=$S3_RUN/credentials
+s3_credentials() {  # [dir]: generated once, kept for the next `up`: KEY SECRET
+  local dir=${1:-$S3_RUN}
+  local f=$dir/credentials
   if [ ! -s "$f" ]; then
-    mkdir -p "$S3_RUN"
+    mkdir -p "$dir"
     (umask 077; "$PY" -c 'import secrets; print("TM" + secrets.token_hex(9).upper(), secrets.token_urlsafe(30))' > "$f")
   fi
   cat "$f"
@@ -287,6 +301,155 @@ env_s3() {
   echo "export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret"
 }
 
+# ---- hosts: a Flink cluster of several hosts on this machine ---------------------------------
+#
+# Each host is a network namespace of the project's own (HOSTS_PREFIX-hN, address HOSTS_NET.1N on
+# a bridge in the namespace HOSTS_PREFIX-hub) and a mount namespace in which the launcher's files
+# do not exist: tmpfs over the work tree's parent folder, /root, /home, /dev/shm and the like, its
+# own /tmp on its own disk (HOSTS_RUN/hN/disk, wiped when the host starts), and only its "image"
+# bound back read-only: the venv, the tokenmill package, Flink. h0 runs the JobManager and the S3
+# server; h1..hHOSTS_WORKERS each a TaskManager and a tokenmill worker pool (EXTERNAL
+# environment, on the host's own localhost:POOL_PORT), whose workers reach the S3 server at h0's
+# address. The launcher stays in this machine's namespace: a forwarder (netns_forward.py) gives
+# it h0's REST API and S3 server on 127.0.0.1:HOSTS_REST_PORT and :HOSTS_S3_PORT. Nothing but
+# those two loopback ports exists outside the namespaces; `down hosts` removes them all.
+
+need_netns() {
+  [ "$(id -u)" = 0 ] || die "hosts: network namespaces need root"
+  command -v ip >/dev/null && command -v unshare >/dev/null || die "hosts: needs ip (iproute2) and unshare"
+}
+
+host_ns() { echo "$HOSTS_PREFIX-h$1"; }
+host_addr() { echo "$HOSTS_NET.$((10 + $1))"; }
+
+hosts_net_up() {  # the hub's bridge and one namespace per host, joined by veth pairs
+  local hub=$HOSTS_PREFIX-hub i ns
+  if ! ip netns list | grep -qx "$hub\( .*\)\?"; then
+    ip netns add "$hub"
+    ip -n "$hub" link add br0 type bridge
+    ip -n "$hub" link set br0 up
+  fi
+  for i in $(seq 0 "$HOSTS_WORKERS"); do
+    ns=$(host_ns "$i")
+    ip netns list | grep -qx "$ns\( .*\)\?" && continue
+    ip netns add "$ns"
+    ip link add "$ns-e" type veth peer name "$ns-b"
+    ip link set "$ns-e" netns "$ns"
+    ip link set "$ns-b" netns "$hub"
+    ip -n "$hub" link set "$ns-b" master br0 up
+    ip -n "$ns" link set "$ns-e" name eth0
+    ip -n "$ns" addr add "$(host_addr "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+  done
+}
+
+hosts_image() {  # what a host's image holds, bound back read-only: Python and the venv, tokenmill, Flink, the S3 server
+  echo "$("$PY" -c 'import sys; print(sys.base_prefix)')" "$(dirname "$PY")/.." "$ROOT/tokenmill" "$HOME_DIR/flink" \
+    "$HOME_DIR/bin"
+}
+
+host_main() {  # N: runs as host N's first process, inside its network and mount namespaces
+  local n=$1 disk=$HOSTS_RUN/h$1/disk log=$HOSTS_RUN/h$1/log p i=0 key secret
+  local keep=() ro=()
+  read -r key secret < "$HOSTS_RUN/credentials"  # what the host's image is given (the launcher's disk is gone below)
+  for p in $(hosts_image); do ro+=("$(cd "$p" && pwd -P)"); done
+  keep=("${ro[@]}" "$disk" "$log")
+  mount -t tmpfs stage /tmp  # the paths this host keeps, held here while the rest is hidden
+  for p in "${keep[@]}"; do mkdir -p "/tmp/k$i"; mount --bind "$p" "/tmp/k$i"; i=$((i + 1)); done
+  for p in $HOSTS_HIDE; do [ -d "$p" ] && mount -t tmpfs hidden "$p"; done
+  i=0
+  for p in "${keep[@]}"; do mkdir -p "$p"; mount --bind "/tmp/k$i" "$p"; i=$((i + 1)); done
+  for p in "${ro[@]}"; do mount -o remount,bind,ro "$p"; done
+  mkdir -p "$disk/tmp"
+  mount --bind "$disk/tmp" /tmp
+  mountpoint -q /dev/shm && mount -t tmpfs shm /dev/shm
+  local addr; addr=$(host_addr "$n")
+  local fenv=(env HOME="$disk" FLINK_CONF_DIR="$disk/conf" FLINK_LOG_DIR="$log" FLINK_PID_DIR="$disk")
+  # the JobManager's REST handlers reach its blob server at "localhost": h0 listens on all its addresses
+  flink_conf "$disk/conf" "$(host_addr 0)" "$addr" "$disk/tmp/flink" 8081 0.0.0.0
+  if [ "$n" = 0 ]; then
+    mkdir -p "$disk/s3/$S3_BUCKET"
+    env ROOT_ACCESS_KEY="$key" ROOT_SECRET_KEY="$secret" "$(s3_bin)" --port "$addr:7070" --keep-alive --quiet \
+      posix "$disk/s3" > "$log/s3.out" 2>&1 < /dev/null &
+    "${fenv[@]}" "$FLINK_HOME/bin/jobmanager.sh" start-foreground > "$log/jobmanager.out" 2>&1 < /dev/null &
+  else
+    "${fenv[@]}" "$FLINK_HOME/bin/taskmanager.sh" start-foreground -Dtaskmanager.resource-id="h$n-$RANDOM" \
+      > "$log/taskmanager.out" 2>&1 < /dev/null &
+    env HOME="$disk" PATH="$(dirname "$PY"):$PATH" AWS_ENDPOINT_URL="http://$(host_addr 0):7070" AWS_REGION=us-east-1 \
+      AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" \
+      "$PY" -m tokenmill.pipelines.worker_pool --service_port="$POOL_PORT" > "$log/pool.out" 2>&1 < /dev/null &
+  fi
+  wait
+}
+
+host_alive() { alive "$HOSTS_RUN/h$1/host.pid" && [ -n "$(ip netns pids "$(host_ns "$1")" 2>/dev/null)" ]; }
+
+start_host() {  # N: a fresh host N (a worker host's disk starts empty, as a new machine's)
+  local n=$1
+  host_alive "$n" && return
+  kill_host "$n" > /dev/null 2>&1 || true
+  [ "$n" = 0 ] || rm -rf "$HOSTS_RUN/h$n/disk"
+  mkdir -p "$HOSTS_RUN/h$n/disk" "$HOSTS_RUN/h$n/log"
+  spawn "$HOSTS_RUN/h$n/host.pid" "$HOSTS_RUN/h$n/log/host.out" \
+    ip netns exec "$(host_ns "$n")" unshare -m --propagation private "$0" _host "$n"
+}
+
+kill_host() {  # N: every process of host N at once, as a machine that is lost
+  local n=$1 pids forwarder
+  forwarder=$(cat "$HOSTS_RUN/forward.pid" 2>/dev/null || true)  # it joins h0's network, not the host
+  pids=$(ip netns pids "$(host_ns "$n")" 2>/dev/null | grep -vx "${forwarder:-none}" || true)
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+  rm -f "$HOSTS_RUN/h$n/host.pid"
+  echo "hosts: host $n ($(host_addr "$n")) killed"
+}
+
+hosts_rest() { http_json "http://127.0.0.1:$HOSTS_REST_PORT/$1"; }
+
+hosts_taskmanagers() { hosts_rest taskmanagers | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["taskmanagers"]))'; }
+
+up_hosts() {
+  need_netns
+  [ -d "$FLINK_HOME" ] || die "no Flink in $HOME_DIR: run 'scripts/cluster.sh install flink' first"
+  [ -x "$(s3_bin)" ] || die "no S3 gateway in $HOME_DIR: run 'scripts/cluster.sh install s3' first"
+  hosts_net_up
+  s3_credentials "$HOSTS_RUN" > /dev/null
+  local i
+  for i in $(seq 0 "$HOSTS_WORKERS"); do start_host "$i"; done
+  spawn "$HOSTS_RUN/forward.pid" "$HOSTS_RUN/forward.out" "$PY" "$ROOT/scripts/netns_forward.py" "$(host_ns 0)" \
+    "127.0.0.1:$HOSTS_REST_PORT=$(host_addr 0):8081" "127.0.0.1:$HOSTS_S3_PORT=$(host_addr 0):7070"
+  wait_for "the hosts' JobManager (h0, via 127.0.0.1:$HOSTS_REST_PORT)" 90 hosts_rest overview
+  wait_for "the hosts' S3 server (h0, via 127.0.0.1:$HOSTS_S3_PORT)" 30 \
+    "$PY" -c "import urllib.request as u, urllib.error as e
+try: u.urlopen('http://127.0.0.1:$HOSTS_S3_PORT/', timeout=2)
+except e.HTTPError: pass  # it answers (anonymous: 403)"
+  wait_for "$HOSTS_WORKERS TaskManagers on their hosts" 90 \
+    bash -c "[ \"\$(\"$0\" _hosts_taskmanagers)\" -ge $HOSTS_WORKERS ]"
+  echo "hosts: JobManager and S3 on h0 ($(host_addr 0)), a TaskManager and a worker pool on each of" \
+    "$(for i in $(seq "$HOSTS_WORKERS"); do printf 'h%s (%s) ' "$i" "$(host_addr "$i")"; done)"
+  echo "hosts: REST http://127.0.0.1:$HOSTS_REST_PORT, S3 http://127.0.0.1:$HOSTS_S3_PORT" \
+    "(eval \"\$(scripts/cluster.sh env hosts)\"; scripts/cluster.sh flags hosts)"
+}
+
+down_hosts() {
+  command -v ip >/dev/null || return 0
+  stop "$HOSTS_RUN/forward.pid"
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$HOSTS_PREFIX-h"); do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+    ip netns delete "$ns"
+  done
+  rm -f "$HOSTS_RUN"/h*/host.pid
+}
+
+env_hosts() {
+  local key secret
+  read -r key secret < <(s3_credentials "$HOSTS_RUN")
+  echo "export AWS_ENDPOINT_URL=http://127.0.0.1:$HOSTS_S3_PORT AWS_REGION=us-east-1"
+  echo "export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret"
+}
+
 status() {
   local f
   for f in "$RUN"/*/*.pid; do
@@ -305,7 +468,10 @@ flags() {
     spark) echo "--runner=SparkRunner --spark_master_url=spark://127.0.0.1:$SPARK_MASTER_PORT" \
       "--spark_job_server_jar=$(spark_jar) --environment_type=LOOPBACK" ;;
     prism) echo "--runner=PrismRunner --prism_location=$(prism_bin)" ;;
-    *) die "flags: flink, flink-external, spark or prism" ;;
+    hosts) echo "--runner=FlinkRunner --flink_master=127.0.0.1:$HOSTS_REST_PORT --flink_version=$FLINK_MINOR" \
+      "--flink_job_server_jar=$(flink_jar) --environment_type=EXTERNAL" \
+      "--environment_config=localhost:$POOL_PORT --parallelism=$HOSTS_WORKERS" ;;
+    *) die "flags: flink, flink-external, spark, prism or hosts" ;;
   esac
 }
 
@@ -313,13 +479,19 @@ engines() { if [ "${1:-all}" = all ]; then echo "$2"; else echo "$1"; fi; }
 
 cmd=${1:-}; what=${2:-all}
 case $cmd in
-  install) for e in $(engines "$what" "flink spark prism s3 gcs"); do "install_$e"; done ;;
+  install)
+    [ "$what" = hosts ] && what="flink s3"
+    for e in $(engines "$what" "flink spark prism s3 gcs"); do "install_$e"; done ;;
   up) for e in $(engines "$what" "s3 gcs flink spark pool"); do "up_$e"; done ;;
-  down) for e in $(engines "$what" "pool spark flink gcs s3"); do "down_$e"; done ;;
-  env) case $what in s3|gcs) "env_$what" ;; *) die "env: s3 or gcs" ;; esac ;;
+  down) for e in $(engines "$what" "hosts pool spark flink gcs s3"); do "down_$e"; done ;;
+  kill-host) [[ $what =~ ^[0-9]+$ ]] || die "kill-host N: the host's number (0 runs the JobManager and S3)"
+    need_netns; kill_host "$what" ;;
+  env) case $what in s3|gcs|hosts) "env_$what" ;; *) die "env: s3, gcs or hosts" ;; esac ;;
   status) status ;;
   flags) flags "$what" ;;
+  _host) host_main "$what" ;;
   _flink_taskmanagers) flink_taskmanagers ;;
+  _hosts_taskmanagers) hosts_taskmanagers ;;
   _spark_workers) spark_workers ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

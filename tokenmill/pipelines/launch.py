@@ -92,7 +92,33 @@ def cluster_host(options: PipelineOptions, runner: PipelineRunner) -> str:
     if not address or address in ("[local]", "[auto]", "embed") or address.startswith("local"):
         return ""
     host = urlparse(address if "://" in address else f"//{address}").hostname or ""
-    return "" if host in _LOCAL_HOSTS else host
+    if host not in _LOCAL_HOSTS:
+        return host
+    # A master reached on this machine may still have its workers elsewhere (a tunnel, a
+    # forwarded port): Flink's REST API names each TaskManager's own address.
+    remote = [h for h in (flink_worker_hosts(address) if name == "FlinkRunner" else []) if not _is_loopback(h)]
+    return remote[0] if remote else ""
+
+
+def flink_worker_hosts(address: str) -> list[str]:
+    """The addresses of a Flink cluster's TaskManagers, from its REST API at ``address`` (none
+    where it does not answer: the runner says why when it submits)."""
+    import json
+    import urllib.request
+
+    url = address if "://" in address else f"http://{address}"
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/taskmanagers", timeout=5) as r:
+            managers = json.load(r).get("taskmanagers", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    # each one's RPC path: pekko.tcp://flink@ADDRESS:PORT/user/rpc/taskmanager_0
+    found = (re.search(r"@(\[[^\]]+\]|[^:/@]+):\d+/", str(m.get("path", ""))) for m in managers if isinstance(m, dict))
+    return sorted({m.group(1) for m in found if m})
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOCAL_HOSTS or host.startswith("127.")
 
 
 def _portable_runner():
