@@ -50,7 +50,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Real Flink and Spark clusters and Prism on this machine (scripts/cluster.sh; versions in
-# cluster/versions.env), and the tests that run `prepare` on them.
+# cluster/versions.env), and the tests that run `prepare` on them; then a Flink cluster of
+# namespace hosts that share no disk (tests/test_hosts.py).
 cluster-up: setup-data
 	scripts/cluster.sh install all
 	scripts/cluster.sh up all
@@ -58,8 +59,11 @@ cluster-up: setup-data
 cluster-down:
 	scripts/cluster.sh down all
 
+# Then the hosts cluster (network and mount namespaces: as root), alone on the machine.
 test-cluster: setup cluster-up
-	TOKENMILL_CLUSTER=1 $(BIN)/python -m pytest -q tests/test_cluster.py; rc=$$?; scripts/cluster.sh down all; exit $$rc
+	TOKENMILL_CLUSTER=1 $(BIN)/python -m pytest -q tests/test_cluster.py; rc=$$?; scripts/cluster.sh down all; \
+	TOKENMILL_CLUSTER=1 $(BIN)/python -m pytest -q tests/test_hosts.py; rc2=$$?; scripts/cluster.sh down hosts; \
+	exit $$(( rc || rc2 ))
 
 bench: setup
 	$(BIN)/pip install -q -e '.[bench]'

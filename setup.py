@@ -7,8 +7,8 @@
   $TOKENMILL_LEXBOR_INCLUDE).
 
 Both optional: where one cannot be built (no C compiler, no headers), the install goes on and the
-extractor runs without it (tree.py and walk.py say which path gives which output). Everything else is in
-pyproject.toml."""
+extractor runs their Python twins (walk.py's py_walk, lexbor_py.py), which give the same bytes,
+slower. Everything else is in pyproject.toml."""
 
 import hashlib
 import os
@@ -54,7 +54,7 @@ def lexbor_include() -> str | None:
             archive.unlink()
         except (OSError, AttributeError, ValueError) as exc:  # AttributeError: no such file listed
             print(f"tokenmill: lexbor headers for selectolax {version} not found ({exc}); "
-                  "the extractor will parse with lxml", file=sys.stderr)
+                  "the extractor will walk lexbor's tree in Python (the same text, slower)", file=sys.stderr)
             return None
     return str(include)
 

@@ -20,6 +20,9 @@ count, as they do for a user) with the default job config; only the Beam flags d
 - flink, flink_external, spark, prism: the engines scripts/cluster.sh runs on this machine
                       (`scripts/cluster.sh install && scripts/cluster.sh up` first), with the
                       flags `scripts/cluster.sh flags ENGINE` prints
+- hosts:              the Flink cluster of namespace hosts (`scripts/cluster.sh up hosts`, as
+                      root), whose workers see no local disk: the input is uploaded to its S3
+                      server first (not timed) and the job runs s3:// to s3://
 
 Each mode also runs an empty job (one empty JSONL file): its fixed cost, the time before and
 after the work (Beam's import, graph, job server and cluster submission, teardown).
@@ -52,7 +55,9 @@ MODES: dict[str, list[str]] = {
     "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK",
                           "--direct_num_workers=2"],
 }
-ENGINES = {"flink": "flink", "flink_external": "flink-external", "spark": "spark", "prism": "prism"}
+ENGINES = {"flink": "flink", "flink_external": "flink-external", "spark": "spark", "prism": "prism", "hosts": "hosts"}
+STORE_MODES = {"hosts"}  # s3:// to s3:// on the hosts cluster's S3 server (scripts/cluster.sh env hosts)
+BUCKET = "tokenmill"
 
 
 def engine_flags(name: str) -> list[str]:
@@ -121,15 +126,50 @@ def build_input(tmp: Path, target: int) -> tuple[list[str], int, str]:
     return inputs, n_real + n_jsonl, desc
 
 
-def run_mode(name: str, flags: list[str], inputs: list[str], out: Path) -> tuple[float, dict]:
+def hosts_env() -> dict[str, str]:
+    """The environment that reaches the hosts cluster's S3 server from here."""
+    out = subprocess.run([str(REPO / "scripts" / "cluster.sh"), "env", "hosts"], check=True, capture_output=True,
+                         text=True).stdout
+    return {**os.environ, **dict(kv.split("=", 1) for line in out.splitlines() for kv in line.split()[1:])}
+
+
+def upload(inputs: list[str], env: dict[str, str], prefix: str) -> list[str]:
+    """Each input (a file, a folder or a glob) copied under s3://BUCKET/PREFIX/i/; their URLs."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    urls = []
+    for i, spec in enumerate(inputs):
+        p = Path(spec)
+        files = sorted(p.rglob("*")) if p.is_dir() else [Path(f) for f in sorted(glob.glob(spec))]
+        for f in files:
+            if f.is_file():
+                client.put_object(Bucket=BUCKET, Key=f"{prefix}/{i}/{f.name if not p.is_dir() else f.relative_to(p)}",
+                                  Body=f.read_bytes())
+        urls.append(f"s3://{BUCKET}/{prefix}/{i}/")
+    return urls
+
+
+def store_report(out: str, env: dict[str, str]) -> dict:
+    code = ("import json,sys; from tokenmill.store import Store; o=sys.argv[1]; st=Store(o); "
+            "m=json.loads(st.read(o+'/manifest.json')); print(st.read(o+'/'+m['root']+'/report/report.json').decode())")
+    return json.loads(subprocess.run([sys.executable, "-c", code, out], env=env, check=True, capture_output=True,
+                                     text=True).stdout)
+
+
+def run_mode(name: str, flags: list[str], inputs: list[str], out: Path | str,
+             env: dict[str, str] | None = None) -> tuple[float, dict]:
     cmd = [sys.executable, "-m", "tokenmill.cli", "prepare", "--output", str(out)]
     for i in inputs:
         cmd += ["--input", i]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd + flags, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd + flags, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"{name}: `tokenmill prepare` exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    if isinstance(out, str):
+        return wall, store_report(out, env)
     report = json.loads((out / "report" / "report.json").read_text())
     return wall, report
 
@@ -156,12 +196,21 @@ def main() -> int:
         print(f"input: ~{n:,} documents: {desc}; {os.cpu_count()} CPU(s)")
         rows = []
         for name in modes:
-            fixed, _ = run_mode(name, MODES[name], [str(tmp / "empty.jsonl")], tmp / f"empty-{name}")
+            env, ins, empty, outs = None, inputs, [str(tmp / "empty.jsonl")], [tmp / f"out-{name}-{r}"
+                                                                               for r in range(args.repeat)]
+            if name in STORE_MODES:
+                env = hosts_env()
+                stamp = time.strftime("%Y%m%dT%H%M%S")
+                ins, empty = upload(inputs, env, f"bench/{stamp}/in"), upload(empty, env, f"bench/{stamp}/empty")
+                outs = [f"s3://{BUCKET}/bench/{stamp}/out-{r}" for r in range(args.repeat)]
+            fixed, _ = run_mode(name, MODES[name], empty, tmp / f"empty-{name}" if env is None else
+                                f"s3://{BUCKET}/bench/{stamp}/empty-out", env)
             walls, report = [], {}
-            for r in range(args.repeat):
-                wall, report = run_mode(name, MODES[name], inputs, tmp / f"out-{name}-{r}")
+            for out in outs:
+                wall, report = run_mode(name, MODES[name], ins, out, env)
                 walls.append(wall)
-                shutil.rmtree(tmp / f"out-{name}-{r}", ignore_errors=True)
+                if env is None:
+                    shutil.rmtree(out, ignore_errors=True)
             docs = report["documents"]
             rows.append((name, min(walls), fixed, docs["read"], docs["kept"], report.get("tokens_kept", 0)))
             print(f"  {name}: {min(walls):.1f} s (empty job {fixed:.1f} s)", flush=True)

@@ -623,10 +623,10 @@ def test_a_compiled_module_built_against_another_version_is_not_used(monkeypatch
     if loaded is None:
         pytest.skip("compiled walk not built")
     assert walk.load_compiled("accelerated", "LXML_VERSION", lambda: (4, 0, 0, 0)) is None
-    if tree.lexbor_walk() is not None:
+    if tree.lexbor_walk() is not tree.lexbor_py:
         assert walk.load_compiled("lexbor_walk", "SELECTOLAX_VERSION", lambda: "0.0.1") is None
     monkeypatch.setenv("TOKENMILL_PURE_PYTHON", "1")
-    assert walk.accelerated() is None and tree.lexbor_walk() is None
+    assert walk.accelerated() is None and tree.lexbor_walk() is tree.lexbor_py  # the twin, not lxml
 
 
 def test_compiled_walk_gives_the_python_walks_pages():
@@ -703,7 +703,7 @@ def _lxml_copy(node):
 def _lexbor():
     from tokenmill.transforms.extract import tree
 
-    if tree._LEXBOR is None:
+    if tree._LEXBOR is tree.lexbor_py:
         pytest.skip("lexbor walk not built")
     return tree
 
@@ -713,7 +713,7 @@ def test_the_lexbor_walk_is_built_and_in_use():
 
     if os.environ.get("TOKENMILL_PURE_PYTHON") or not _compiler():
         pytest.skip("pure Python chosen, or no C compiler to build the compiled walk")
-    assert tree._LEXBOR is not None, "setup.py did not build lexbor_walk (see its message)"
+    assert tree._LEXBOR is not tree.lexbor_py, "setup.py did not build lexbor_walk (see its message)"
 
 
 def test_lexbor_walk_gives_the_python_walks_pages():
@@ -738,6 +738,83 @@ def test_lexbor_walk_gives_the_python_walks_pages():
         assert title == ((" ".join(el.text().split()) or None) if el is not None else None), name
         n += 1
     assert n >= 8 and skipped <= 1 + n // 10, (n, skipped)
+
+
+def _random_pages(n: int, seed: int = 7):
+    """Random pages of the walk's vocabulary: nested and misnested tags (blocks, inline,
+    formatting, tables, lists, junk, headings, <pre>, <br>, links, SVG), the attributes it reads
+    (hidden, classes and ids of both hint kinds, styles, roles, itemprop; bare, empty,
+    duplicated), text with entities, CJK, emoji and whitespace, comments and CDATA."""
+    import random
+
+    rng = random.Random(seed)
+    tags = ("div p span a b i em strong font li ul ol table tr td th h1 h2 h3 pre code br hr img script style "
+            "noscript nav footer header article main section aside form button select option svg title "
+            "dl dt dd blockquote figure figcaption sup sub ruby rt iframe template o:p").split()
+    attrs = ["hidden", "aria-hidden=true", "aria-hidden=false", "style='display:none'", "style='color:red'",
+             "class=content", "class='share-count x'", "class=sidebar", "class='article-body'", "class=sr-only",
+             "class", "class=''", "id=nav", "id=main", "id=comments", "role=navigation", "role=main",
+             "itemprop=articleBody", "href=x", "class=a class=b", "id=x id=y"]
+    texts = ["Hello, world.", " ", "\n", "  spaced   text  ", "&amp; &lt;x&gt; &nbsp;", "\u65e5\u672c\u8a9e\u3001\u6587",
+             "caf\u00e9", "\U0001f600", "a, b, c, d, e, f", "x" * 40, "<!-- c -->", "<![CDATA[d]]>", "\t\t"]
+    pages = []
+    for k in range(n):
+        out, open_ = [], []
+        for _ in range(rng.randint(1, 120)):
+            r = rng.random()
+            if r < 0.35:
+                tag = rng.choice(tags)
+                out.append(f"<{tag}{''.join(' ' + rng.choice(attrs) for _ in range(rng.randint(0, 3)))}>")
+                open_.append(tag)
+            elif r < 0.55 and open_:
+                out.append(f"</{open_.pop() if rng.random() < 0.8 else rng.choice(tags)}>")
+            else:
+                out.append(rng.choice(texts))
+        head = f"<head><title>{rng.choice(texts)}</title></head>" if rng.random() < 0.7 else ""
+        pages.append((f"random {k}", f"<html>{head}<body>{''.join(out)}</body></html>"))
+    return pages
+
+
+def test_the_python_lexbor_walk_gives_the_compiled_walks_bytes():
+    """One extractor whatever the build: the lexbor path's Python twin (lexbor_py, used where the
+    compiled walk could not be built) gives the compiled walk's title and Page, and so the same
+    text, on every shared page, the hand-made ones and 1,500 random ones; its most_open the
+    compiled one's counts."""
+    tree = _lexbor()
+    from tokenmill.transforms.extract import extract_html, lexbor_py
+    from tokenmill.transforms.extract.walk import Page
+
+    pages = _pages() + _random_pages(1500)
+    for name, text in pages:
+        data = tree._utf8(text)
+        assert lexbor_py.most_open(data) == tree._LEXBOR.most_open(data), name
+        title, pg = tree._LEXBOR.parse_and_walk(data, time.monotonic() + 60)
+        title_py, pg_py = lexbor_py.parse_and_walk(data, time.monotonic() + 60)
+        assert title_py == title, name
+        assert [getattr(pg_py, s) for s in Page.__slots__] == [getattr(pg, s) for s in Page.__slots__], name
+    for name, text in pages[::7]:  # and the text the whole extractor gives
+        fast = extract_html(text)
+        try:
+            compiled, tree._LEXBOR = tree._LEXBOR, lexbor_py
+            slow = extract_html(text)
+        finally:
+            tree._LEXBOR = compiled
+        assert (slow.text, slow.title) == (fast.text, fast.title), name
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_python_most_open_counts_as_the_compiled_one(seed):
+    tree = _lexbor()
+    import random
+
+    from tokenmill.transforms.extract import lexbor_py
+
+    rng = random.Random(seed)
+    pieces = [b"<", b"</", b"<b", b"<B", b"<p", b"<div", b"</div", b"<option", b"<i", b"<select", b"</b", b" ",
+              b"/", b">", b"x", b"\t", b"<1", b"<abcdefghi", b"</p", b"<font", b"\xc3\xa9", b"<br"]
+    for _ in range(5000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        assert lexbor_py.most_open(data) == tree._LEXBOR.most_open(data), data
 
 
 def test_lexbor_and_lxml_give_the_same_text_on_nearly_every_page():

@@ -412,3 +412,26 @@ def test_killed_inside_the_commit(s3):
     assert tm("prepare", "--output", out, "--quiet").returncode == 0
     manifest = json.loads(s3.get("out/commit-kill/manifest.json"))
     assert {k.split("/")[2] for k in s3.keys("out/commit-kill/")} == {"manifest.json", manifest["root"]}
+
+
+def test_files_of_every_size_through_beams_filesystem(s3):
+    """What the pipeline's steps write through Beam's filesystem (spill, candidate and stash
+    files; docs): empty, small (one PutObject), and past the 5 MB part size (a multipart upload
+    of several parts and a rest), each read back whole; a write that is aborted leaves neither an
+    object nor an open upload."""
+    from tokenmill.beamfs import FileSystems, abort_write
+
+    data = bytes(range(256)) * (45 * 1024)  # 11.5 MB
+    for n in (0, 1000, 5 * 1024 * 1024, len(data)):
+        url = s3.url(f"sizes/{n}.bin")
+        f = FileSystems.create(url)
+        for i in range(0, n, 1 << 20):
+            f.write(data[i:min(n, i + (1 << 20))])
+        f.close()
+        with FileSystems.open(url, compression_type="uncompressed") as g:
+            assert g.read() == data[:n], n
+    f = FileSystems.create(s3.url("sizes/aborted.bin"))
+    f.write(data)
+    abort_write(f)
+    assert s3.keys("sizes/") == sorted(f"sizes/{n}.bin" for n in (0, 1000, 5 * 1024 * 1024, len(data)))
+    assert not s3.uploads("sizes/")

@@ -139,13 +139,14 @@ def test_a_local_file_a_worker_reads_is_named_before_submission(setting, tmp_pat
 
 
 def test_a_worker_whose_extractor_is_another_build_stops_the_job(tmp_path):
-    """The launcher's extractor identity travels with the extract step; a worker of another build
-    (here: the pure-Python walk, TOKENMILL_PURE_PYTHON=1, where the launcher has the compiled one)
-    refuses to start in one line, and the manifest records the identity."""
+    """The launcher's extractor identity travels with the extract step. A worker whose compiled
+    walks differ (TOKENMILL_PURE_PYTHON=1: the Python twins, the same bytes) may join the job; one
+    whose parsers differ (another selectolax or lxml, another tokenmill) refuses to start in one
+    line. The manifest records the identity."""
     from tokenmill.config import ExtractConfig
     from tokenmill.errors import UserError
     from tokenmill.transforms.extract.extract_fn import ExtractFn
-    from tokenmill.transforms.extract.tree import identity
+    from tokenmill.transforms.extract.tree import TEXT_DECIDING, identity
 
     fn = ExtractFn(ExtractConfig())
     assert fn.identity == identity()
@@ -153,13 +154,16 @@ def test_a_worker_whose_extractor_is_another_build_stops_the_job(tmp_path):
     other = subprocess.run([sys.executable, "-c", "import json; from tokenmill.transforms.extract.tree import identity; "
                             "print(json.dumps(identity()))"], capture_output=True, text=True, check=True,
                            env={**os.environ, "TOKENMILL_PURE_PYTHON": "1"})
-    worker = json.loads(other.stdout)
-    if worker == identity():
-        pytest.skip("this install has no compiled walk: both builds are the pure-Python one")
-    fn.identity = worker  # the launcher was the pure-Python build, this worker the compiled one
-    with pytest.raises(UserError) as e:
-        fn.setup()
-    assert "\n" not in str(e.value) and "differs from the launcher's" in str(e.value)
+    pure = json.loads(other.stdout)
+    assert pure["compiled_walks"] == "none" and {k: pure[k] for k in TEXT_DECIDING} == {
+        k: identity()[k] for k in TEXT_DECIDING}
+    fn.identity = pure  # the launcher was the pure-Python build: the same text
+    fn.setup()
+    for key, value in [("selectolax", "0.3.17"), ("lxml", "4.9.0.0"), ("tokenmill", "0.0.1")]:
+        fn.identity = {**identity(), key: value}  # a launcher whose parser is another version
+        with pytest.raises(UserError) as e:
+            fn.setup()
+        assert "\n" not in str(e.value) and "differs from the launcher's" in str(e.value) and key in str(e.value)
     from conftest import REPO
 
     rc, _, _ = run_prepare(tmp_path / "out", [REPO / "tokenmill" / "sample" / "docs.jsonl"])

@@ -154,7 +154,7 @@ def _patch_s3() -> None:
             self._buffered += len(self._chunks[-1])
             if self._buffered >= self.MIN_PART:
                 if self.upload_id is None:
-                    s3io.S3Uploader._start_upload(self)
+                    super()._start_upload()  # Beam's (s3io.S3Uploader is this class now)
                 self._write_to_s3(b"".join(self._chunks))
                 self._chunks, self._buffered = [], 0
 
@@ -183,10 +183,16 @@ def _patch_s3() -> None:
 
 def abort_write(fh) -> None:
     """Drop a file opened for writing through Beam without making it (an S3 upload is aborted:
-    no object, no unfinished upload). Other filesystems: closed as usual."""
+    no object, no unfinished upload; a GCS one never finished). Other filesystems: closed as usual."""
     uploader = getattr(getattr(fh, "raw", None), "_uploader", None)
     if uploader is not None and hasattr(uploader, "abort"):
         uploader.abort()
+    if any(c.__name__ == "BlobWriter" for c in type(fh).__mro__):
+        # google-cloud-storage's writer (Beam's gs:// files) finishes the upload when closed, and
+        # IOBase closes it when collected: its buffer closed first, it never does. (A resumable
+        # session already begun, past 16 MB, is left unfinished: GCS drops it after a week.)
+        with contextlib.suppress(Exception):
+            fh._buffer.close()
     with contextlib.suppress(Exception):
         fh.close()
 

@@ -37,11 +37,12 @@ class ExtractFn(StageFn):
         self.identity = identity()  # the launcher's: a worker must match it (setup)
 
     def setup(self):
-        from .tree import identity
+        from .tree import TEXT_DECIDING, identity
 
         mine = identity()
-        if mine != self.identity:
-            differ = ", ".join(f"{k} {mine.get(k)} (launcher: {v})" for k, v in self.identity.items() if mine.get(k) != v)
+        differ = ", ".join(f"{k} {mine.get(k)} (launcher: {self.identity.get(k)})" for k in TEXT_DECIDING
+                           if mine.get(k) != self.identity.get(k))
+        if differ:
             raise UserError(f"extract: this worker's extractor differs from the launcher's ({differ}); one job would "
                             "mix texts of two builds: install the same tokenmill build on the workers")
 

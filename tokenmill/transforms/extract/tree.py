@@ -1,7 +1,8 @@
 """Parsing a page and walking it (``parse_page``): lexbor (selectolax's HTML5 parser) and the
-compiled walk over its nodes where setup.py built it (lexbor_walk.pyx), else lxml's libxml2 HTML
-parser and walk.py's walk, with a flat fallback builder, capped in depth, for the pages libxml2
-gives up on. Both behind an attribute cap."""
+walk over its nodes, compiled where setup.py built it (lexbor_walk.pyx), else its Python twin
+(lexbor_py.py, the same bytes); for the pages past lexbor's limits, lxml's libxml2 HTML parser
+and walk.py's walk, with a flat fallback builder, capped in depth, for the pages libxml2 gives
+up on. All behind an attribute cap."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from lxml import etree
 
 from tokenmill.transforms.deadline import check
 
+from . import lexbor_py
 from .blocks import INLINE, Page
 from .walk import ACCELERATED, load_compiled, walk
 
@@ -217,23 +219,30 @@ def _selectolax_version() -> str:
 
 def lexbor_walk():
     """lexbor_walk.pyx (``parse_and_walk``, ``most_open``) where built against the installed
-    selectolax, else None."""
-    return load_compiled("lexbor_walk", "SELECTOLAX_VERSION", _selectolax_version, before=_global_lexbor)
+    selectolax, else its Python twin lexbor_py (the same bytes, slower)."""
+    return load_compiled("lexbor_walk", "SELECTOLAX_VERSION", _selectolax_version, before=_global_lexbor) or lexbor_py
 
 
 _LEXBOR = lexbor_walk()
 
+# What decides the extracted text: the parsers and their versions. Whether a walk is compiled
+# does not (each compiled walk gives its Python twin's bytes: tests/test_html.py), so workers of
+# builds with and without a C compiler may share a job; the manifest still records which.
+TEXT_DECIDING = ("tokenmill", "html5", "lxml", "selectolax")
+
 
 def identity() -> dict[str, str]:
-    """What decides this process's extracted text: which walks are compiled and the parser
-    versions (the pure-Python walk over lxml's tree gives different text on a few pages than the
-    compiled one over lexbor's). Recorded in the manifest; a worker whose identity is not the
-    launcher's stops the job (extract_fn.ExtractFn.setup)."""
+    """This process's extractor: the parsers and versions that decide its text (TEXT_DECIDING)
+    and which walks are compiled. Recorded in the manifest; a worker whose text-deciding part is
+    not the launcher's stops the job (extract_fn.ExtractFn.setup)."""
     from tokenmill import __version__
 
-    return {"tokenmill": __version__, "walk": "compiled" if ACCELERATED is not None else "python",
-            "html5": "lexbor" if _LEXBOR is not None else "lxml", "lxml": ".".join(map(str, etree.LXML_VERSION)),
-            "selectolax": _selectolax_version()}
+    compiled = [name for name, built in (("lxml", ACCELERATED is not None), ("lexbor", _LEXBOR is not lexbor_py))
+                if built]
+    return {"tokenmill": __version__, "html5": "lexbor", "lxml": ".".join(map(str, etree.LXML_VERSION)),
+            "selectolax": _selectolax_version(), "compiled_walks": ",".join(compiled) or "none"}
+
+
 # HTML5 tree building has steps whose cost grows with the square of what is open, in C, where no
 # deadline reaches: the open elements are searched at each block tag (40,000 nested <div>: 3.8 s
 # in lexbor), the open formatting elements at each new one (20,000 "<b id=N>": 3.8 s), a

@@ -36,8 +36,10 @@ from .blocks import (
 from .hints import F_BOILERPLATE, F_POSITIVE, F_UNLIKELY, UNLIKELY_ARTICLE_RE, hints
 
 
-def py_walk(top: etree._Element, deadline: float) -> Page:
-    """The walk in Python: the reference (accelerated.pyx is the same steps, compiled; ``walk``)."""
+def py_walk(top: etree._Element, deadline: float, walker=None) -> Page:
+    """The walk in Python: the reference (accelerated.pyx is the same steps, compiled; ``walk``).
+    ``walker``: the start and end events of another tree's elements, as lxml's iterwalk gives
+    them (lexbor_py's, over lexbor's nodes); ``top``: its first element."""
     # One pass of iterwalk's start/end events; an inline element's end is told from a block's
     # end by identity with the open block, without reading its tag.
     pg = Page()
@@ -94,7 +96,8 @@ def py_walk(top: etree._Element, deadline: float) -> Page:
             if open_links:
                 link_len += len(t)
 
-    walker = etree.iterwalk(top, events=("start", "end"))
+    if walker is None:
+        walker = etree.iterwalk(top, events=("start", "end"))
     count = 0
     for event, el in walker:
         count += 1
