@@ -20,9 +20,9 @@ count, as they do for a user) with the default job config; only the Beam flags d
 - flink, flink_external, spark, prism: the engines scripts/cluster.sh runs on this machine
                       (`scripts/cluster.sh install && scripts/cluster.sh up` first), with the
                       flags `scripts/cluster.sh flags ENGINE` prints
-- hosts:              the Flink cluster of namespace hosts (`scripts/cluster.sh up hosts`, as
-                      root), whose workers see no local disk: the input is uploaded to its S3
-                      server first (not timed) and the job runs s3:// to s3://
+- hosts, hosts_spark: Flink or Spark on the cluster of namespace hosts (`scripts/cluster.sh up
+                      hosts`, as root), whose workers see no local disk: the input is uploaded
+                      to its S3 server first (not timed) and the job runs s3:// to s3://
 
 Each mode also runs an empty job (one empty JSONL file): its fixed cost, the time before and
 after the work (Beam's import, graph, job server and cluster submission, teardown).
@@ -55,8 +55,9 @@ MODES: dict[str, list[str]] = {
     "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK",
                           "--direct_num_workers=2"],
 }
-ENGINES = {"flink": "flink", "flink_external": "flink-external", "spark": "spark", "prism": "prism", "hosts": "hosts"}
-STORE_MODES = {"hosts"}  # s3:// to s3:// on the hosts cluster's S3 server (scripts/cluster.sh env hosts)
+ENGINES = {"flink": "flink", "flink_external": "flink-external", "spark": "spark", "prism": "prism", "hosts": "hosts",
+           "hosts_spark": "hosts-spark"}
+STORE_MODES = {"hosts", "hosts_spark"}  # s3:// to s3:// on the hosts cluster's S3 server (scripts/cluster.sh env hosts)
 BUCKET = "tokenmill"
 
 
@@ -143,10 +144,10 @@ def upload(inputs: list[str], env: dict[str, str], prefix: str) -> list[str]:
     for i, spec in enumerate(inputs):
         p = Path(spec)
         files = sorted(p.rglob("*")) if p.is_dir() else [Path(f) for f in sorted(glob.glob(spec))]
-        for f in files:
+        for k, f in enumerate(files):  # (a glob's files may share a name: numbered)
             if f.is_file():
-                client.put_object(Bucket=BUCKET, Key=f"{prefix}/{i}/{f.name if not p.is_dir() else f.relative_to(p)}",
-                                  Body=f.read_bytes())
+                name = f.relative_to(p).as_posix() if p.is_dir() else f"{k:05d}-{f.name}"
+                client.put_object(Bucket=BUCKET, Key=f"{prefix}/{i}/{name}", Body=f.read_bytes())
         urls.append(f"s3://{BUCKET}/{prefix}/{i}/")
     return urls
 

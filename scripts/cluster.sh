@@ -4,11 +4,11 @@
 #
 #   scripts/cluster.sh install [flink|spark|prism|s3|gcs|hosts|all]  fetch the engines, build the job servers
 #   scripts/cluster.sh up      [flink|spark|pool|s3|gcs|all]    start (again: restarts what died)
-#   scripts/cluster.sh up      hosts                     a Flink cluster of several hosts (as root; below)
+#   scripts/cluster.sh up      hosts                     Flink and Spark on hosts sharing no disk (as root; below)
 #   scripts/cluster.sh down    [flink|spark|pool|s3|gcs|hosts|all]  stop
 #   scripts/cluster.sh kill-host N                       every process of host N at once (a lost machine)
 #   scripts/cluster.sh status                            what runs, and where
-#   scripts/cluster.sh flags   flink|flink-external|spark|prism|hosts   the `prepare` flags for it
+#   scripts/cluster.sh flags   flink|flink-external|spark|prism|hosts|hosts-spark   the `prepare` flags for it
 #   scripts/cluster.sh env     s3|gcs|hosts              `export ...` lines that reach that store server
 #
 # s3: Versity's S3 gateway (Apache-2.0, POSIX backend under .cluster/run/s3/data), on 127.0.0.1
@@ -20,7 +20,9 @@
 # Versions: cluster/versions.env (engines, Prism) and the venv's apache-beam (job servers).
 # Everything lands in .cluster/ (TOKENMILL_CLUSTER_HOME): engines, jars, pid files, logs.
 # Ports (env overrides): FLINK_REST_PORT 8081, SPARK_MASTER_PORT 7077, SPARK_UI_PORT 8080,
-# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000, S3_PORT 7070, GCS_PORT 4443; FLINK_TASKMANAGERS 2.
+# SPARK_WORKER_UI_PORT 8082, POOL_PORT 50000, S3_PORT 7070, GCS_PORT 4443; FLINK_TASKMANAGERS 2;
+# hosts: HOSTS_REST_PORT 8091, HOSTS_S3_PORT 7071, HOSTS_SPARK_UI_PORT 8092, HOSTS_SPARK_JOB_PORT
+# 8099, HOSTS_SPARK_ARTIFACT_PORT 8098, HOSTS_WORKERS 2, HOSTS_NET 10.77.0, HOSTS_PREFIX tmh.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +52,9 @@ HOSTS_NET=${HOSTS_NET:-10.77.0}  # a /24 that exists only inside those namespace
 HOSTS_WORKERS=${HOSTS_WORKERS:-2}
 HOSTS_REST_PORT=${HOSTS_REST_PORT:-8091}
 HOSTS_S3_PORT=${HOSTS_S3_PORT:-7071}
+HOSTS_SPARK_UI_PORT=${HOSTS_SPARK_UI_PORT:-8092}  # h0's Spark Master UI, from here
+HOSTS_SPARK_JOB_PORT=${HOSTS_SPARK_JOB_PORT:-8099}  # h0's Spark job server and its artifact port,
+HOSTS_SPARK_ARTIFACT_PORT=${HOSTS_SPARK_ARTIFACT_PORT:-8098}  # at the same numbers here
 HOSTS_RUN=${HOSTS_RUN:-$RUN/hosts}
 # what a host cannot see: the checkout's parent folder (the work tree, OUTs and data beside it),
 # homes and scratch folders; /tmp is each host's own
@@ -307,12 +312,13 @@ env_s3() {
 # a bridge in the namespace HOSTS_PREFIX-hub) and a mount namespace in which the launcher's files
 # do not exist: tmpfs over the work tree's parent folder, /root, /home, /dev/shm and the like, its
 # own /tmp on its own disk (HOSTS_RUN/hN/disk, wiped when the host starts), and only its "image"
-# bound back read-only: the venv, the tokenmill package, Flink. h0 runs the JobManager and the S3
-# server; h1..hHOSTS_WORKERS each a TaskManager and a tokenmill worker pool (EXTERNAL
-# environment, on the host's own localhost:POOL_PORT), whose workers reach the S3 server at h0's
-# address. The launcher stays in this machine's namespace: a forwarder (netns_forward.py) gives
-# it h0's REST API and S3 server on 127.0.0.1:HOSTS_REST_PORT and :HOSTS_S3_PORT. Nothing but
-# those two loopback ports exists outside the namespaces; `down hosts` removes them all.
+# bound back read-only: Python and the venv, the tokenmill package, Flink, Spark, the job-server
+# jars, the S3 server. h0 runs Flink's JobManager, Spark's Master, Beam's Spark job server (the
+# Spark driver: executors call it back) and the S3 server; h1..hHOSTS_WORKERS each a TaskManager,
+# a Spark Worker and a tokenmill worker pool (EXTERNAL environment, on the host's own
+# localhost:POOL_PORT), whose workers reach the S3 server at h0's address. The launcher stays in
+# this machine's namespace: a forwarder (netns_forward.py) gives it h0's services on loopback
+# ports (HOSTS_*_PORT). Nothing but those exists outside the namespaces; `down hosts` removes all.
 
 need_netns() {
   [ "$(id -u)" = 0 ] || die "hosts: network namespaces need root"
@@ -346,7 +352,7 @@ hosts_net_up() {  # the hub's bridge and one namespace per host, joined by veth 
 
 hosts_image() {  # what a host's image holds, bound back read-only: Python and the venv, tokenmill, Flink, the S3 server
   echo "$("$PY" -c 'import sys; print(sys.base_prefix)')" "$(dirname "$PY")/.." "$ROOT/tokenmill" "$HOME_DIR/flink" \
-    "$HOME_DIR/bin"
+    "$HOME_DIR/spark" "$HOME_DIR/jars" "$HOME_DIR/bin"
 }
 
 host_main() {  # N: runs as host N's first process, inside its network and mount namespaces
@@ -366,6 +372,9 @@ host_main() {  # N: runs as host N's first process, inside its network and mount
   mountpoint -q /dev/shm && mount -t tmpfs shm /dev/shm
   local addr; addr=$(host_addr "$n")
   local fenv=(env HOME="$disk" FLINK_CONF_DIR="$disk/conf" FLINK_LOG_DIR="$log" FLINK_PID_DIR="$disk")
+  local senv=(env HOME="$disk" SPARK_HOME="$SPARK_HOME" SPARK_LOCAL_IP="$addr" SPARK_LOG_DIR="$log"
+    SPARK_CONF_DIR="$disk/spark-conf" SPARK_PID_DIR="$disk")
+  mkdir -p "$disk/spark-conf" "$disk/spark-work"
   # the JobManager's REST handlers reach its blob server at "localhost": h0 listens on all its addresses
   flink_conf "$disk/conf" "$(host_addr 0)" "$addr" "$disk/tmp/flink" 8081 0.0.0.0
   if [ "$n" = 0 ]; then
@@ -373,12 +382,24 @@ host_main() {  # N: runs as host N's first process, inside its network and mount
     env ROOT_ACCESS_KEY="$key" ROOT_SECRET_KEY="$secret" "$(s3_bin)" --port "$addr:7070" --keep-alive --quiet \
       posix "$disk/s3" > "$log/s3.out" 2>&1 < /dev/null &
     "${fenv[@]}" "$FLINK_HOME/bin/jobmanager.sh" start-foreground > "$log/jobmanager.out" 2>&1 < /dev/null &
+    # Spark: the Master, and Beam's Spark job server, whose SparkContext is the driver the
+    # executors call back (so it runs here, as on a cluster's edge node, not in the launcher)
+    "${senv[@]}" "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master --host "$addr" --port 7077 \
+      --webui-port 8080 > "$log/spark-master.out" 2>&1 < /dev/null &
+    env HOME="$disk" java -Dspark.driver.host="$addr" -Dspark.driver.bindAddress="$addr" -jar "$(spark_jar)" \
+      --spark-master-url "spark://$addr:7077" --job-host localhost --job-port "$HOSTS_SPARK_JOB_PORT" \
+      --artifact-port "$HOSTS_SPARK_ARTIFACT_PORT" --expansion-port 0 --artifacts-dir "$disk/tmp/artifacts" \
+      > "$log/spark-job-server.out" 2>&1 < /dev/null &
   else
     "${fenv[@]}" "$FLINK_HOME/bin/taskmanager.sh" start-foreground -Dtaskmanager.resource-id="h$n-$RANDOM" \
       > "$log/taskmanager.out" 2>&1 < /dev/null &
     env HOME="$disk" PATH="$(dirname "$PY"):$PATH" AWS_ENDPOINT_URL="http://$(host_addr 0):7070" AWS_REGION=us-east-1 \
       AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" \
       "$PY" -m tokenmill.pipelines.worker_pool --service_port="$POOL_PORT" > "$log/pool.out" 2>&1 < /dev/null &
+    "${senv[@]}" JDK_JAVA_OPTIONS="$(echo $JAVA17_OPENS)" "$SPARK_HOME/bin/spark-class" \
+      org.apache.spark.deploy.worker.Worker --host "$addr" --cores "${SPARK_WORKER_CORES:-2}" \
+      --memory "${SPARK_WORKER_MEMORY:-4g}" --webui-port 8082 --work-dir "$disk/spark-work" \
+      "spark://$(host_addr 0):7077" > "$log/spark-worker.out" 2>&1 < /dev/null &
   fi
   wait
 }
@@ -406,6 +427,9 @@ kill_host() {  # N: every process of host N at once, as a machine that is lost
 
 hosts_rest() { http_json "http://127.0.0.1:$HOSTS_REST_PORT/$1"; }
 
+hosts_spark_workers() { http_json "http://127.0.0.1:$HOSTS_SPARK_UI_PORT/json/" \
+  | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("aliveworkers", 0))'; }
+
 hosts_taskmanagers() { hosts_rest taskmanagers | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["taskmanagers"]))'; }
 
 up_hosts() {
@@ -416,8 +440,13 @@ up_hosts() {
   s3_credentials "$HOSTS_RUN" > /dev/null
   local i
   for i in $(seq 0 "$HOSTS_WORKERS"); do start_host "$i"; done
+  # (the Spark job server listens on h0's own loopback, and names its artifact port to the
+  # launcher as localhost's: forwarded at the same numbers)
   spawn "$HOSTS_RUN/forward.pid" "$HOSTS_RUN/forward.out" "$PY" "$ROOT/scripts/netns_forward.py" "$(host_ns 0)" \
-    "127.0.0.1:$HOSTS_REST_PORT=$(host_addr 0):8081" "127.0.0.1:$HOSTS_S3_PORT=$(host_addr 0):7070"
+    "127.0.0.1:$HOSTS_REST_PORT=$(host_addr 0):8081" "127.0.0.1:$HOSTS_S3_PORT=$(host_addr 0):7070" \
+    "127.0.0.1:$HOSTS_SPARK_UI_PORT=$(host_addr 0):8080" \
+    "127.0.0.1:$HOSTS_SPARK_JOB_PORT=127.0.0.1:$HOSTS_SPARK_JOB_PORT" \
+    "127.0.0.1:$HOSTS_SPARK_ARTIFACT_PORT=127.0.0.1:$HOSTS_SPARK_ARTIFACT_PORT"
   wait_for "the hosts' JobManager (h0, via 127.0.0.1:$HOSTS_REST_PORT)" 90 hosts_rest overview
   wait_for "the hosts' S3 server (h0, via 127.0.0.1:$HOSTS_S3_PORT)" 30 \
     "$PY" -c "import urllib.request as u, urllib.error as e
@@ -425,10 +454,16 @@ try: u.urlopen('http://127.0.0.1:$HOSTS_S3_PORT/', timeout=2)
 except e.HTTPError: pass  # it answers (anonymous: 403)"
   wait_for "$HOSTS_WORKERS TaskManagers on their hosts" 90 \
     bash -c "[ \"\$(\"$0\" _hosts_taskmanagers)\" -ge $HOSTS_WORKERS ]"
-  echo "hosts: JobManager and S3 on h0 ($(host_addr 0)), a TaskManager and a worker pool on each of" \
+  wait_for "$HOSTS_WORKERS Spark Workers on their hosts" 90 \
+    bash -c "[ \"\$(\"$0\" _hosts_spark_workers)\" -ge $HOSTS_WORKERS ]"
+  wait_for "the Spark job server (h0, via 127.0.0.1:$HOSTS_SPARK_JOB_PORT)" 90 \
+    "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $HOSTS_SPARK_JOB_PORT), 1).recv(1)"
+  echo "hosts: Flink's JobManager, Spark's Master and job server, S3 on h0 ($(host_addr 0)); a TaskManager," \
+    "a Spark Worker and a worker pool on each of" \
     "$(for i in $(seq "$HOSTS_WORKERS"); do printf 'h%s (%s) ' "$i" "$(host_addr "$i")"; done)"
-  echo "hosts: REST http://127.0.0.1:$HOSTS_REST_PORT, S3 http://127.0.0.1:$HOSTS_S3_PORT" \
-    "(eval \"\$(scripts/cluster.sh env hosts)\"; scripts/cluster.sh flags hosts)"
+  echo "hosts: Flink http://127.0.0.1:$HOSTS_REST_PORT, Spark http://127.0.0.1:$HOSTS_SPARK_UI_PORT," \
+    "S3 http://127.0.0.1:$HOSTS_S3_PORT (eval \"\$(scripts/cluster.sh env hosts)\";" \
+    "scripts/cluster.sh flags hosts|hosts-spark)"
 }
 
 down_hosts() {
@@ -471,7 +506,10 @@ flags() {
     hosts) echo "--runner=FlinkRunner --flink_master=127.0.0.1:$HOSTS_REST_PORT --flink_version=$FLINK_MINOR" \
       "--flink_job_server_jar=$(flink_jar) --environment_type=EXTERNAL" \
       "--environment_config=localhost:$POOL_PORT --parallelism=$HOSTS_WORKERS" ;;
-    *) die "flags: flink, flink-external, spark, prism or hosts" ;;
+    hosts-spark) echo "--runner=SparkRunner --spark_master_url=spark://$(host_addr 0):7077" \
+      "--job_endpoint=127.0.0.1:$HOSTS_SPARK_JOB_PORT --environment_type=EXTERNAL" \
+      "--environment_config=localhost:$POOL_PORT" ;;
+    *) die "flags: flink, flink-external, spark, prism, hosts or hosts-spark" ;;
   esac
 }
 
@@ -480,7 +518,7 @@ engines() { if [ "${1:-all}" = all ]; then echo "$2"; else echo "$1"; fi; }
 cmd=${1:-}; what=${2:-all}
 case $cmd in
   install)
-    [ "$what" = hosts ] && what="flink s3"
+    [ "$what" = hosts ] && what="flink spark s3"
     for e in $(engines "$what" "flink spark prism s3 gcs"); do "install_$e"; done ;;
   up) for e in $(engines "$what" "s3 gcs flink spark pool"); do "up_$e"; done ;;
   down) for e in $(engines "$what" "hosts pool spark flink gcs s3"); do "down_$e"; done ;;
@@ -492,6 +530,7 @@ case $cmd in
   _host) host_main "$what" ;;
   _flink_taskmanagers) flink_taskmanagers ;;
   _hosts_taskmanagers) hosts_taskmanagers ;;
+  _hosts_spark_workers) hosts_spark_workers ;;
   _spark_workers) spark_workers ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

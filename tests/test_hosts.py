@@ -127,8 +127,8 @@ def assert_published_equal(client, out: str, reference) -> dict:
     return manifest
 
 
-def flags() -> list[str]:
-    return shlex.split(sh("flags", "hosts"))
+def flags(engine: str = "hosts") -> list[str]:
+    return shlex.split(sh("flags", engine))
 
 
 def test_hosts_run_equals_in_process(hosts, reference):
@@ -191,3 +191,28 @@ def test_a_local_path_is_refused_before_submission(hosts, tmp_path):
         assert any(w in lines[0] for w in WORKERS), lines
     assert jobs() == before
     assert not keys(hosts, "out/refused/")
+
+
+SPARK_UI = f"http://127.0.0.1:{os.environ.get('HOSTS_SPARK_UI_PORT', '8092')}"
+
+
+def spark_apps() -> dict[str, dict]:
+    with urllib.request.urlopen(f"{SPARK_UI}/json/", timeout=10) as r:
+        return {a["id"]: a for a in json.load(r)["completedapps"]}
+
+
+def test_spark_on_the_hosts_equals_in_process(hosts, reference):
+    """The same job on Spark: a Master and Beam's Spark job server (the driver) on h0, a Worker
+    on each worker host whose executors use that host's worker pool."""
+    with urllib.request.urlopen(f"{SPARK_UI}/json/", timeout=10) as r:
+        workers = json.load(r)["workers"]
+    assert {w["host"] for w in workers if w["state"] == "ALIVE"} == WORKERS
+    before = spark_apps()
+    t0 = time.monotonic()
+    r = tm("prepare", "--input", f"s3://{BUCKET}/in/", "--output", f"s3://{BUCKET}/out/spark", "--quiet",
+           *flags("hosts-spark"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(f"hosts spark run: {time.monotonic() - t0:.1f} s")
+    new = [a for aid, a in spark_apps().items() if aid not in before]
+    assert [a["state"] for a in new] == ["FINISHED"]  # the hosts' Master ran it
+    assert_published_equal(hosts, "out/spark", reference)
