@@ -532,5 +532,5 @@ case $cmd in
   _hosts_taskmanagers) hosts_taskmanagers ;;
   _hosts_spark_workers) hosts_spark_workers ;;
   _spark_workers) spark_workers ;;
-  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
