@@ -58,7 +58,8 @@ HOSTS_SPARK_ARTIFACT_PORT=${HOSTS_SPARK_ARTIFACT_PORT:-8098}  # at the same numb
 HOSTS_RUN=${HOSTS_RUN:-$RUN/hosts}
 # what a host cannot see: the checkout's parent folder (the work tree, OUTs and data beside it),
 # homes and scratch folders; /tmp is each host's own
-HOSTS_HIDE=${HOSTS_HIDE:-$(dirname "$ROOT") /root /home /var/tmp /mnt /media /srv}
+_beside=$(dirname "$ROOT"); [ "$_beside" = / ] && _beside=$ROOT  # (a checkout at /NAME: itself)
+HOSTS_HIDE=${HOSTS_HIDE:-$_beside /root /home /var/tmp /mnt /media /srv}
 # Spark 3.2 predates its own Java 17 support (3.3 passes these itself); the executors the worker
 # starts inherit them through the java launcher's JDK_JAVA_OPTIONS.
 JAVA17_OPENS="--add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.lang.invoke=ALL-UNNAMED

@@ -216,3 +216,30 @@ def test_spark_on_the_hosts_equals_in_process(hosts, reference):
     new = [a for aid, a in spark_apps().items() if aid not in before]
     assert [a["state"] for a in new] == ["FINISHED"]  # the hosts' Master ran it
     assert_published_equal(hosts, "out/spark", reference)
+
+
+def test_models_and_lists_reach_the_workers_through_the_store(hosts, reference, tmp_path):
+    """The language model, a URL block list and a decontamination list named by s3:// URL: the
+    workers on h1 and h2 read them from the store (the launcher's disk is not theirs) and the
+    job gives what the in-process run gives with the same settings."""
+    lid = REPO / "tokenmill" / "models" / "lid.176.ftz"
+    hosts.put_object(Bucket=BUCKET, Key="lists/lid.176.ftz", Body=lid.read_bytes())
+    hosts.put_object(Bucket=BUCKET, Key="lists/block.txt", Body=b"example.invalid\n")
+    kept = next(r for r in reference[0] if r["dropped_by"] is None and len(r["text"].split()) >= 40)
+    words = kept["text"].split()[10:30]  # an evaluation item that is in a kept document
+    hosts.put_object(Bucket=BUCKET, Key="lists/eval.txt", Body=(" ".join(words) + "\n").encode())
+    sets = ["--set", f"language.model=s3://{BUCKET}/lists/lid.176.ftz",
+            "--set", f"url.block_files=['s3://{BUCKET}/lists/block.txt']",
+            "--set", f"decontaminate.files=['s3://{BUCKET}/lists/eval.txt']"]
+    local = tmp_path / "out"
+    r = tm("prepare", "--input", str(_input()), "--output", str(local), "--quiet", *sets)
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = _rows([p.read_bytes() for p in sorted((local / "docs").glob("*.parquet"))])
+    report = json.loads((local / "report" / "report.json").read_text())
+    assert report["dropped_by"].get("decontaminate:overlap", 0) >= 1, report["dropped_by"]
+    r = tm("prepare", "--input", f"s3://{BUCKET}/in/", "--output", f"s3://{BUCKET}/out/lists", "--quiet",
+           *sets, *flags())
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = json.loads(get(hosts, "out/lists/manifest.json"))
+    docs = sorted(k for k in manifest["files"] if "/docs/" in k)
+    assert _rows([get(hosts, f"out/lists/{k}") for k in docs]) == want

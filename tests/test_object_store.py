@@ -435,3 +435,36 @@ def test_files_of_every_size_through_beams_filesystem(s3):
     abort_write(f)
     assert s3.keys("sizes/") == sorted(f"sizes/{n}.bin" for n in (0, 1000, 5 * 1024 * 1024, len(data)))
     assert not s3.uploads("sizes/")
+
+
+def test_training_on_a_store_output_resumes_exactly(s3, outputs, tmp_path):
+    """`train --data s3://...` stopped mid-run (SIGTERM: a checkpoint at the step's end), the same
+    command again: it resumes there, and every step's loss is the uninterrupted run's."""
+    s3_only(s3)
+    pytest.importorskip("torch")
+    from tests.conftest import sigterm_group_after_steps
+
+    out = outputs[0]["s3-s3"][1]
+    env = {**os.environ, "TOKENMILL_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    sets = ["model.preset=null", "model.n_layers=1", "model.d_model=32", "model.n_heads=2", "train.micro_batch=2",
+            "data.seq_len=32", "train.steps=16", "checkpoint.every=0", "eval.every=0", "optim.lr=5e-3",
+            "export.enabled=false", "metrics.tensorboard=false", "precision=fp32"]
+    args = [a for s in sets for a in ("--set", s)]
+
+    def cmd(run: Path) -> list[str]:
+        return [*TOKENMILL, "train", "--data", out, "--run-dir", str(run), *args]
+
+    def losses(run: Path) -> list[tuple[int, float]]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+    whole = subprocess.run(cmd(tmp_path / "whole"), env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    rc, err = sigterm_group_after_steps(cmd(tmp_path / "stopped"), tmp_path / "stopped", env=env, steps=5)
+    assert rc == 143 and "stopped by SIGTERM" in err, err[-2000:]
+    assert len(losses(tmp_path / "stopped")) < 16
+    again = subprocess.run(cmd(tmp_path / "stopped"), env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert again.returncode == 0 and "resumed from" in again.stderr, again.stderr[-2000:]
+    want, got = losses(tmp_path / "whole"), losses(tmp_path / "stopped")
+    assert [s for s, _ in got] == [s for s, _ in want] == list(range(1, 17))
+    assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(got, want)), (got, want)
