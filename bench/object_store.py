@@ -4,9 +4,11 @@ input uploaded once), alternated for ROUNDS rounds on a real S3 server on this m
 the medians and their ratio, and the store requests of the last s3 run.
 
     eval "$(scripts/cluster.sh env s3)"
-    .venv/bin/python bench/object_store.py [INPUT_FOLDER] [--rounds N] [--rust N]
+    .venv/bin/python bench/object_store.py [INPUT_FOLDER] [--rounds N] [--rust N] [--warc K]
 Default input: ../shared/data/html_extraction (623 real pages and their gold files); --rust N:
-N Rust documentation pages, chosen and staged as bench/scaling.py does (compare_datatrove's set)."""
+N Rust documentation pages, chosen and staged as bench/scaling.py does (compare_datatrove's set);
+--warc K: the pages packed K to a WARC.gz file first (HTTP response records), as crawls ship
+them: one object per K pages instead of one per page."""
 
 from __future__ import annotations
 
@@ -35,11 +37,36 @@ def run(inp: str, out: str) -> float:
     return time.perf_counter() - t
 
 
+def pack_warc(src: Path, dst: Path, per_file: int) -> str:
+    """Every .html/.html.gz page under ``src`` as an HTTP response record, ``per_file`` to a WARC.gz."""
+    import gzip
+    import io
+
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    pages = sorted(f for f in src.rglob("*") if f.is_file() and f.name.endswith((".html", ".html.gz", ".htm")))
+    dst.mkdir(parents=True)
+    for i in range(0, len(pages), per_file):
+        with open(dst / f"part-{i // per_file:05d}.warc.gz", "wb") as fh:
+            writer = WARCWriter(fh, gzip=True)
+            for f in pages[i:i + per_file]:
+                body = f.read_bytes()
+                body = gzip.decompress(body) if f.name.endswith(".gz") else body
+                headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], protocol="HTTP/1.1")
+                url = f"https://bench.invalid/{f.relative_to(src).as_posix()}"
+                writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body),
+                                                              http_headers=headers))
+    print(f"{len(pages)} pages packed {per_file} to a WARC.gz file: {len(list(dst.iterdir()))} files")
+    return str(dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("input", nargs="?", default=str(REPO.parent / "shared" / "data" / "html_extraction"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rust", type=int, default=0, help="N Rust doc pages instead of INPUT_FOLDER")
+    ap.add_argument("--warc", type=int, default=0, help="pack the pages K to a WARC.gz file")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tokenmill-bench-")
     if args.rust:
@@ -48,6 +75,8 @@ def main() -> None:
 
         args.input = str(Path(tmp) / f"rust-{args.rust}")
         scaling.stage(scaling.pick_spread(scaling.rust_doc_pages(), args.rust), Path(args.input))
+    if args.warc:
+        args.input = pack_warc(Path(args.input), Path(tmp) / f"warc-{args.warc}", args.warc)
     if "AWS_ENDPOINT_URL" not in os.environ:
         sys.exit('no store: scripts/cluster.sh up s3 && eval "$(scripts/cluster.sh env s3)"')
     c = boto3.client("s3")

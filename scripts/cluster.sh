@@ -488,7 +488,7 @@ env_hosts() {
 
 status() {
   local f
-  for f in "$RUN"/*/*.pid; do
+  for f in "$RUN"/*/*.pid "$HOSTS_RUN"/h*/host.pid; do
     [ -e "$f" ] || continue
     if alive "$f"; then echo "up    ${f#"$RUN"/} (pid $(cat "$f"))"; else echo "dead  ${f#"$RUN"/}"; fi
   done
