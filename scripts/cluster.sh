@@ -165,7 +165,7 @@ stop() {  # pidfile: TERM, then KILL after 10 s
 wait_for() {  # what, seconds, command...: until the command succeeds
   local what=$1 secs=$2; shift 2
   for _ in $(seq $((secs * 2))); do "$@" >/dev/null 2>&1 && return; sleep 0.5; done
-  die "$what did not come up in ${secs} s (logs: $RUN)"
+  die "$what did not come up in ${secs} s (logs: $RUN, hosts: $HOSTS_RUN/h*/log, $HOSTS_RUN/forward.out)"
 }
 
 http_json() { "$PY" -c 'import json,sys,urllib.request; print(json.dumps(json.load(urllib.request.urlopen(sys.argv[1], timeout=5))))' "$1"; }
@@ -360,17 +360,22 @@ host_main() {  # N: runs as host N's first process, inside its network and mount
   local n=$1 disk=$HOSTS_RUN/h$1/disk log=$HOSTS_RUN/h$1/log p i=0 key secret
   local keep=() ro=()
   read -r key secret < "$HOSTS_RUN/credentials"  # what the host's image is given (the launcher's disk is gone below)
+  local tm_id; tm_id=$(cat "$HOSTS_RUN/h$n/tm-id" 2>/dev/null || echo "h$n")
   for p in $(hosts_image); do ro+=("$(cd "$p" && pwd -P)"); done
   keep=("${ro[@]}" "$disk" "$log")
-  mount -t tmpfs stage /tmp  # the paths this host keeps, held here while the rest is hidden
-  for p in "${keep[@]}"; do mkdir -p "/tmp/k$i"; mount --bind "$p" "/tmp/k$i"; i=$((i + 1)); done
-  for p in $HOSTS_HIDE; do [ -d "$p" ] && mount -t tmpfs hidden "$p"; done
+  local stage=/run/$HOSTS_PREFIX-stage  # the paths this host keeps, held here while the rest is hidden
+  mkdir -p "$stage"
+  mount -t tmpfs stage "$stage"
+  for p in "${keep[@]}"; do mkdir -p "$stage/k$i"; mount --bind "$p" "$stage/k$i"; i=$((i + 1)); done
+  for p in $HOSTS_HIDE /tmp; do [ -d "$p" ] && mount -t tmpfs hidden "$p"; done
   i=0
-  for p in "${keep[@]}"; do mkdir -p "$p"; mount --bind "/tmp/k$i" "$p"; i=$((i + 1)); done
+  for p in "${keep[@]}"; do mkdir -p "$p"; mount --bind "$stage/k$i" "$p"; i=$((i + 1)); done
   for p in "${ro[@]}"; do mount -o remount,bind,ro "$p"; done
+  umount -l "$stage"
   mkdir -p "$disk/tmp"
   mount --bind "$disk/tmp" /tmp
   mountpoint -q /dev/shm && mount -t tmpfs shm /dev/shm
+  cd "$disk"  # (a working directory in the hidden tree would still reach it)
   local addr; addr=$(host_addr "$n")
   local fenv=(env HOME="$disk" FLINK_CONF_DIR="$disk/conf" FLINK_LOG_DIR="$log" FLINK_PID_DIR="$disk")
   local senv=(env HOME="$disk" SPARK_HOME="$SPARK_HOME" SPARK_LOCAL_IP="$addr" SPARK_LOG_DIR="$log"
@@ -392,7 +397,7 @@ host_main() {  # N: runs as host N's first process, inside its network and mount
       --artifact-port "$HOSTS_SPARK_ARTIFACT_PORT" --expansion-port 0 --artifacts-dir "$disk/tmp/artifacts" \
       > "$log/spark-job-server.out" 2>&1 < /dev/null &
   else
-    "${fenv[@]}" "$FLINK_HOME/bin/taskmanager.sh" start-foreground -Dtaskmanager.resource-id="h$n-$RANDOM" \
+    "${fenv[@]}" "$FLINK_HOME/bin/taskmanager.sh" start-foreground -Dtaskmanager.resource-id="$tm_id" \
       > "$log/taskmanager.out" 2>&1 < /dev/null &
     env HOME="$disk" PATH="$(dirname "$PY"):$PATH" AWS_ENDPOINT_URL="http://$(host_addr 0):7070" AWS_REGION=us-east-1 \
       AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" \
@@ -413,8 +418,9 @@ start_host() {  # N: a fresh host N (a worker host's disk starts empty, as a new
   kill_host "$n" > /dev/null 2>&1 || true
   [ "$n" = 0 ] || rm -rf "$HOSTS_RUN/h$n/disk"
   mkdir -p "$HOSTS_RUN/h$n/disk" "$HOSTS_RUN/h$n/log"
+  echo "h$n-$(date +%s%N)" > "$HOSTS_RUN/h$n/tm-id"  # this start's TaskManager (a lost one lingers in the JobManager)
   spawn "$HOSTS_RUN/h$n/host.pid" "$HOSTS_RUN/h$n/log/host.out" \
-    ip netns exec "$(host_ns "$n")" unshare -m --propagation private "$0" _host "$n"
+    ip netns exec "$(host_ns "$n")" unshare --mount --propagation private --pid --fork --mount-proc "$0" _host "$n"
 }
 
 kill_host() {  # N: every process of host N at once, as a machine that is lost
@@ -428,15 +434,26 @@ kill_host() {  # N: every process of host N at once, as a machine that is lost
 
 hosts_rest() { http_json "http://127.0.0.1:$HOSTS_REST_PORT/$1"; }
 
-hosts_spark_workers() { http_json "http://127.0.0.1:$HOSTS_SPARK_UI_PORT/json/" \
-  | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("aliveworkers", 0))'; }
-
-hosts_taskmanagers() { hosts_rest taskmanagers | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["taskmanagers"]))'; }
+hosts_ready() {  # every worker host's own TaskManager and Spark Worker registered (not a lost host's)
+  local i id flink spark
+  flink=$(hosts_rest taskmanagers) || return 1
+  spark=$(http_json "http://127.0.0.1:$HOSTS_SPARK_UI_PORT/json/") || return 1
+  for i in $(seq "$HOSTS_WORKERS"); do
+    id=$(cat "$HOSTS_RUN/h$i/tm-id") || return 1
+    "$PY" -c 'import json,sys; sys.exit(sys.argv[2] not in [m["id"] for m in json.loads(sys.argv[1])["taskmanagers"]])' \
+      "$flink" "$id" || return 1
+    id=$(ip netns exec "$(host_ns "$i")" "$PY" -c 'import json,sys,urllib.request as u
+print(json.load(u.urlopen(f"http://{sys.argv[1]}:8082/json/", timeout=2))["id"])' "$(host_addr "$i")") || return 1
+    "$PY" -c 'import json,sys; sys.exit(sys.argv[2] not in [w["id"] for w in json.loads(sys.argv[1])["workers"]
+                                                          if w["state"] == "ALIVE"])' "$spark" "$id" || return 1
+  done
+}
 
 up_hosts() {
   need_netns
   [ -d "$FLINK_HOME" ] || die "no Flink in $HOME_DIR: run 'scripts/cluster.sh install flink' first"
   [ -x "$(s3_bin)" ] || die "no S3 gateway in $HOME_DIR: run 'scripts/cluster.sh install s3' first"
+  [ -d "$SPARK_HOME" ] && [ -f "$(spark_jar)" ] || die "no Spark in $HOME_DIR: run 'scripts/cluster.sh install hosts' first"
   hosts_net_up
   s3_credentials "$HOSTS_RUN" > /dev/null
   local i
@@ -453,12 +470,10 @@ up_hosts() {
     "$PY" -c "import urllib.request as u, urllib.error as e
 try: u.urlopen('http://127.0.0.1:$HOSTS_S3_PORT/', timeout=2)
 except e.HTTPError: pass  # it answers (anonymous: 403)"
-  wait_for "$HOSTS_WORKERS TaskManagers on their hosts" 90 \
-    bash -c "[ \"\$(\"$0\" _hosts_taskmanagers)\" -ge $HOSTS_WORKERS ]"
-  wait_for "$HOSTS_WORKERS Spark Workers on their hosts" 90 \
-    bash -c "[ \"\$(\"$0\" _hosts_spark_workers)\" -ge $HOSTS_WORKERS ]"
-  wait_for "the Spark job server (h0, via 127.0.0.1:$HOSTS_SPARK_JOB_PORT)" 90 \
-    "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $HOSTS_SPARK_JOB_PORT), 1).recv(1)"
+  wait_for "each worker host's TaskManager and Spark Worker" 120 hosts_ready
+  wait_for "the Spark job server (h0, via 127.0.0.1:$HOSTS_SPARK_JOB_PORT)" 90 "$PY" -c "import grpc
+from apache_beam.portability.api import beam_job_api_pb2 as api, beam_job_api_pb2_grpc as rpc
+rpc.JobServiceStub(grpc.insecure_channel('127.0.0.1:$HOSTS_SPARK_JOB_PORT')).GetJobs(api.GetJobsRequest(), timeout=3)"
   echo "hosts: Flink's JobManager, Spark's Master and job server, S3 on h0 ($(host_addr 0)); a TaskManager," \
     "a Spark Worker and a worker pool on each of" \
     "$(for i in $(seq "$HOSTS_WORKERS"); do printf 'h%s (%s) ' "$i" "$(host_addr "$i")"; done)"
@@ -471,7 +486,8 @@ down_hosts() {
   command -v ip >/dev/null || return 0
   stop "$HOSTS_RUN/forward.pid"
   local ns
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$HOSTS_PREFIX-h"); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$HOSTS_PREFIX-(hub|h[0-9]+)$"); do
+    local pids
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
     [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
     ip netns delete "$ns"
@@ -530,8 +546,6 @@ case $cmd in
   flags) flags "$what" ;;
   _host) host_main "$what" ;;
   _flink_taskmanagers) flink_taskmanagers ;;
-  _hosts_taskmanagers) hosts_taskmanagers ;;
-  _hosts_spark_workers) hosts_spark_workers ;;
   _spark_workers) spark_workers ;;
   *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

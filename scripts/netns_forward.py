@@ -52,14 +52,16 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 def _handler(target: tuple[str, int]):
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_writer = None
         try:
-            up_reader, up_writer = await asyncio.open_connection(*target)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-        for w in (writer, up_writer):
-            w.close()
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*target), 10)
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (OSError, asyncio.TimeoutError):
+            pass
+        finally:
+            for w in (writer, up_writer):
+                if w is not None:
+                    w.close()
 
     return handle
 
@@ -75,14 +77,18 @@ def main(argv: list[str]) -> int:
         return 2
     netns, specs = argv[0], argv[1:]
     pairs = []
-    for spec in specs:
-        listen, _, target = spec.partition("=")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(_split(listen))
-        sock.listen(128)
-        pairs.append((sock, _split(target)))
-    enter_netns(netns)  # single-threaded still: the whole process moves; the listeners stay here
+    try:
+        for spec in specs:
+            listen, _, target = spec.partition("=")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(_split(listen))
+            sock.listen(128)
+            pairs.append((sock, _split(target)))
+        enter_netns(netns)  # single-threaded still: the whole process moves; the listeners stay here
+    except (OSError, ValueError) as e:
+        print(f"netns_forward: {spec if len(pairs) < len(specs) else netns}: {e}", file=sys.stderr)
+        return 1
     print(f"netns_forward: {' '.join(specs)} (into {netns})", file=sys.stderr, flush=True)
     asyncio.run(serve(pairs))
     return 0

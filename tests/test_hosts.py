@@ -9,6 +9,7 @@ Run by `make test-cluster` (as root: namespaces); skipped unless TOKENMILL_CLUST
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -28,7 +29,7 @@ SCRIPT = REPO / "scripts" / "cluster.sh"
 TOKENMILL = [sys.executable, "-m", "tokenmill.cli"]
 REST = f"http://127.0.0.1:{os.environ.get('HOSTS_REST_PORT', '8091')}"
 NET = os.environ.get("HOSTS_NET", "10.77.0")
-WORKERS = {f"{NET}.11", f"{NET}.12"}
+WORKERS = {f"{NET}.{10 + i}" for i in range(1, int(os.environ.get("HOSTS_WORKERS", "2")) + 1)}
 BUCKET = "tokenmill"
 
 pytestmark = pytest.mark.skipif(os.environ.get("TOKENMILL_CLUSTER") != "1",
@@ -167,8 +168,9 @@ def test_a_lost_host_costs_a_restart_not_a_byte(hosts, reference):
             sh("up", "hosts")  # a fresh host 1: empty disk, new TaskManager and worker pool
             _, err = proc.communicate(timeout=900)
     finally:
-        if jid and jobs()[jid]["state"] not in ("FINISHED", "FAILED", "CANCELED"):
-            urllib.request.urlopen(urllib.request.Request(f"{REST}/jobs/{jid}?mode=cancel", method="PATCH"))
+        with contextlib.suppress(OSError, KeyError, ValueError):  # (the test's own failure is the news)
+            if jid and jobs()[jid]["state"] not in ("FINISHED", "FAILED", "CANCELED"):
+                urllib.request.urlopen(urllib.request.Request(f"{REST}/jobs/{jid}?mode=cancel", method="PATCH"))
     assert proc.returncode == 0, err[-3000:]
     assert rest(f"jobs/{jid}")["state"] == "FINISHED"
     history = rest(f"jobs/{jid}/exceptions")["exceptionHistory"]["entries"]

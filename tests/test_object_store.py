@@ -430,9 +430,10 @@ def test_files_of_every_size_through_beams_filesystem(s3):
         f.close()
         with FileSystems.open(url, compression_type="uncompressed") as g:
             assert g.read() == data[:n], n
-    f = FileSystems.create(s3.url("sizes/aborted.bin"))
-    f.write(data)
-    abort_write(f)
+    for n, name in ((len(data), "aborted.bin"), (5 * 1024 * 1024 - 65536, "aborted-small.bin")):
+        f = FileSystems.create(s3.url(f"sizes/{name}"))  # (the second: its buffer flushed on close passes 5 MB)
+        f.write(data[:n])
+        abort_write(f)
     assert s3.keys("sizes/") == sorted(f"sizes/{n}.bin" for n in (0, 1000, 5 * 1024 * 1024, len(data)))
     assert not s3.uploads("sizes/")
 

@@ -150,6 +150,8 @@ def _patch_s3() -> None:
             pass
 
         def put(self, data):
+            if self.aborted:  # (the close after abort_write flushes Beam's buffer here: no upload for it)
+                return
             self._chunks.append(data.tobytes())
             self._buffered += len(self._chunks[-1])
             if self._buffered >= self.MIN_PART:

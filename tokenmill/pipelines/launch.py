@@ -103,6 +103,7 @@ def cluster_host(options: PipelineOptions, runner: PipelineRunner) -> str:
 def flink_worker_hosts(address: str) -> list[str]:
     """The addresses of a Flink cluster's TaskManagers, from its REST API at ``address`` (none
     where it does not answer: the runner says why when it submits)."""
+    import http.client
     import json
     import urllib.request
 
@@ -110,7 +111,7 @@ def flink_worker_hosts(address: str) -> list[str]:
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/taskmanagers", timeout=5) as r:
             managers = json.load(r).get("taskmanagers", [])
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):  # not Flink's REST API there
         return []
     # each one's RPC path: pekko.tcp://flink@ADDRESS:PORT/user/rpc/taskmanager_0
     found = (re.search(r"@(\[[^\]]+\]|[^:/@]+):\d+/", str(m.get("path", ""))) for m in managers if isinstance(m, dict))
@@ -118,7 +119,17 @@ def flink_worker_hosts(address: str) -> list[str]:
 
 
 def _is_loopback(host: str) -> bool:
-    return host in _LOCAL_HOSTS or host.startswith("127.")
+    """Whether ``host`` is this machine: loopback, or its own name or one of its addresses."""
+    if host in _LOCAL_HOSTS or host.startswith("127."):
+        return True
+    import socket
+
+    names = {socket.gethostname(), socket.getfqdn()}
+    try:
+        mine = {a for n in names for a in socket.gethostbyname_ex(n)[2]}
+    except OSError:
+        mine = set()
+    return host in names or host in mine
 
 
 def _portable_runner():
