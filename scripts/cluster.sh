@@ -300,10 +300,10 @@ down_gcs() { stop "$GCS_RUN/gcs.pid"; }
 
 env_gcs() { echo "export STORAGE_EMULATOR_HOST=http://127.0.0.1:$GCS_PORT NO_GCE_CHECK=true"; }
 
-env_s3() {
+env_s3() {  # [credentials-dir port]: this machine's S3 server, or the hosts' (env_hosts)
   local key secret
-  read -r key secret < <(s3_credentials)
-  echo "export AWS_ENDPOINT_URL=http://127.0.0.1:$S3_PORT AWS_REGION=us-east-1"
+  read -r key secret < <(s3_credentials "${1:-$S3_RUN}")
+  echo "export AWS_ENDPOINT_URL=http://127.0.0.1:${2:-$S3_PORT} AWS_REGION=us-east-1"
   echo "export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret"
 }
 
@@ -495,12 +495,7 @@ down_hosts() {
   rm -f "$HOSTS_RUN"/h*/host.pid
 }
 
-env_hosts() {
-  local key secret
-  read -r key secret < <(s3_credentials "$HOSTS_RUN")
-  echo "export AWS_ENDPOINT_URL=http://127.0.0.1:$HOSTS_S3_PORT AWS_REGION=us-east-1"
-  echo "export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret"
-}
+env_hosts() { env_s3 "$HOSTS_RUN" "$HOSTS_S3_PORT"; }  # its S3 server, through the loopback forward
 
 status() {
   local f

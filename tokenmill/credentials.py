@@ -43,8 +43,10 @@ def absorb_flags(beam_args: list[str], keep: bool) -> list[str]:
 
 
 # Runners whose workers are this machine's processes, started by this one (they inherit its
-# environment): Beam's --s3_* flags reach them through it, never through a command line.
-LOCAL_RUNNERS = ("", "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "PrismRunner")
+# environment): Beam's --s3_* flags reach them through it, never through a command line. ("": no
+# --runner, Beam's default.) The one list: pipelines/launch.py uses it too, without Beam here.
+LOCAL_RUNNERS = frozenset({"", "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner",
+                           "PrismRunner"})
 
 
 def store_flags(args: list[str], beam: bool = True) -> list[str]:

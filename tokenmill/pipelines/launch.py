@@ -29,6 +29,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.runners.runner import PipelineRunner, create_runner
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
+from tokenmill.credentials import LOCAL_RUNNERS  # (declared where Beam is not imported)
 from tokenmill.errors import Terminated, UserError
 from tokenmill.pipelines import warm
 
@@ -61,7 +62,6 @@ def beam_options(beam_args: list[str]) -> tuple[PipelineOptions, PipelineRunner]
 
 
 _QUALIFIED = {"FnApiRunner": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"}
-LOCAL_RUNNERS = {"FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner"}
 
 
 def is_local(options: PipelineOptions, runner: PipelineRunner) -> bool:

@@ -259,7 +259,7 @@ def parse_page(text: str | None, deadline: float, utf8: bytes | None = None) -> 
     ``utf8``: ``text`` in UTF-8, where the caller has it (the page's own bytes; then ``text``
     may be None)."""
     data = _utf8(text, utf8)
-    if _LEXBOR is not None and all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
+    if all(a <= b for a, b in zip(_LEXBOR.most_open(data), _LEXBOR_LIMITS)):
         return _LEXBOR.parse_and_walk(data, deadline)
     if text is None:  # (the flat fallback reads the text as it is, attributes past the cap too)
         text = utf8.decode("utf-8")
