@@ -438,8 +438,27 @@ def test_files_of_every_size_through_beams_filesystem(s3):
     assert not s3.uploads("sizes/")
 
 
+TINY = ["model.preset=null", "model.n_layers=1", "model.d_model=32", "model.n_heads=2", "train.micro_batch=2",
+        "data.seq_len=32", "checkpoint.every=0", "eval.every=0", "optim.lr=5e-3", "export.enabled=false",
+        "metrics.tensorboard=false", "precision=fp32", "data.shuffle_shards=1", "data.lanes=2"]
+
+
+def _losses(run: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+def _store_train_env(s3: Server, out: str, cache: Path, shards: float) -> dict:
+    """The trainer's environment: its own cache, bounded to ``shards`` times the biggest shard."""
+    manifest = json.loads(s3.get(out.split(s3.url(""), 1)[1] + "/manifest.json"))
+    biggest = max(s["bytes"] for info in manifest["splits"].values() for s in info["shards"])
+    return {**os.environ, "TOKENMILL_CACHE": str(cache), "TOKENMILL_CACHE_GB": str(shards * biggest / 2**30),
+            "OMP_NUM_THREADS": "1"}
+
+
 def test_training_on_a_store_output_resumes_exactly(s3, outputs, tmp_path):
-    """`train --data s3://...` stopped mid-run (SIGTERM: a checkpoint at the step's end), the same
+    """`train --data s3://...` in the grouped order (one shard a group, two lanes) through a cache
+    of about five shards, stopped mid-run (SIGTERM: a checkpoint at the step's end), the same
     command again: it resumes there, and every step's loss is the uninterrupted run's. (300 steps
     of a tiny model: long enough that the stop lands mid-run.)"""
     s3_only(s3)
@@ -447,26 +466,92 @@ def test_training_on_a_store_output_resumes_exactly(s3, outputs, tmp_path):
     from tests.conftest import sigterm_group_after_steps
 
     out = outputs[0]["s3-s3"][1]
-    env = {**os.environ, "TOKENMILL_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    sets = ["model.preset=null", "model.n_layers=1", "model.d_model=32", "model.n_heads=2", "train.micro_batch=2",
-            "data.seq_len=32", "train.steps=300", "checkpoint.every=0", "eval.every=0", "optim.lr=5e-3",
-            "export.enabled=false", "metrics.tensorboard=false", "precision=fp32"]
-    args = [a for s in sets for a in ("--set", s)]
+    env = _store_train_env(s3, out, tmp_path / "cache", 5.5)
+    args = [a for s in [*TINY, "train.steps=300"] for a in ("--set", s)]
 
     def cmd(run: Path) -> list[str]:
         return [*TOKENMILL, "train", "--data", out, "--run-dir", str(run), *args]
-
-    def losses(run: Path) -> list[tuple[int, float]]:
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        return [(r["step"], r["loss"]) for r in rows if "loss" in r]
 
     whole = subprocess.run(cmd(tmp_path / "whole"), env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert whole.returncode == 0, whole.stderr[-2000:]
     rc, err = sigterm_group_after_steps(cmd(tmp_path / "stopped"), tmp_path / "stopped", env=env, steps=5)
     assert rc == 143 and "stopped by SIGTERM" in err, err[-2000:]
-    assert len(losses(tmp_path / "stopped")) < 300, "the run ended before it was stopped"
+    assert len(_losses(tmp_path / "stopped")) < 300, "the run ended before it was stopped"
     again = subprocess.run(cmd(tmp_path / "stopped"), env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert again.returncode == 0 and "resumed from" in again.stderr, again.stderr[-2000:]
-    want, got = losses(tmp_path / "whole"), losses(tmp_path / "stopped")
+    want, got = _losses(tmp_path / "whole"), _losses(tmp_path / "stopped")
     assert [s for s, _ in got] == [s for s, _ in want] == list(range(1, 301))
     assert all(abs(a - b) < 1e-6 for (_, a), (_, b) in zip(got, want)), (got, want)
+    tokenizer = json.loads(s3.get(out.split(s3.url(""), 1)[1] + "/manifest.json"))["tokenizer"]["sha256"]
+    shards = [p for p in (tmp_path / "cache").iterdir() if len(p.name) == 64 and p.name != tokenizer]
+    assert sum(p.stat().st_size for p in shards) <= float(env["TOKENMILL_CACHE_GB"]) * 2**30
+
+
+def test_two_ranks_on_a_store_train_on_the_samples_of_one(s3, outputs, tmp_path):
+    """torchrun, 2 ranks on s3:// with two lanes (each rank fetching its own shards) against one
+    rank with grad_accum 2: the same samples make every step, so the losses agree; a cache too
+    small for a rank's groups is one line before any step."""
+    s3_only(s3)
+    pytest.importorskip("torch")
+    out = outputs[0]["s3-s3"][1]
+    args = [a for s in [*TINY, "train.steps=8"] for a in ("--set", s)]
+    one = tm("train", "--data", out, "--run-dir", str(tmp_path / "one"), *args, "--set", "train.grad_accum=2",
+             env=_store_train_env(s3, out, tmp_path / "c1", 20))
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "--no-python", *TOKENMILL[:1], "-m", "tokenmill.cli", "train", "--data", out, "--run-dir",
+                          str(tmp_path / "two"), *args], env=_store_train_env(s3, out, tmp_path / "c2", 20),
+                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 9))
+    assert all(abs(x - y) < 1e-4 for (_, x), (_, y) in zip(a, b)), (a, b)
+    small = tm("train", "--data", out, "--run-dir", str(tmp_path / "small"), *args,
+               env=_store_train_env(s3, out, tmp_path / "c3", 1.5))
+    assert small.returncode != 0 and "more than the local cache holds" in small.stderr, small.stderr[-2000:]
+    assert "Traceback" not in small.stderr
+
+
+def test_each_rank_fetches_only_its_own_shards_into_a_bounded_cache(s3, tmp_path, monkeypatch):
+    """The library loader on an s3:// output with lanes (data.lanes): rank r of 2 fetches only the
+    shards of its own lanes, each checked against the manifest; with a cache of about two shards
+    the reads still give the bytes an unbounded cache gives (evicted shards are fetched again)."""
+    pytest.importorskip("torch")
+    import hashlib
+
+    from tokenmill.data import PackedDataset
+    from tokenmill.trainer.order import Order, deal_lanes
+
+    out = s3.url("out/lanes")
+    r = tm("prepare", "--input", str(REPO / "tokenmill" / "sample"), "--output", out, "--quiet",
+           "--set", "shards.buckets=8")
+    assert r.returncode == 0, r.stderr[-2000:]
+    manifest = json.loads(s3.get("out/lanes/manifest.json"))
+    shards = manifest["splits"]["train"]["shards"]
+    assert len(shards) == 8
+    lanes = deal_lanes(0, 0, 8, 2)
+
+    def run(rank: int, cache: Path, limit_gb: str) -> list:
+        monkeypatch.setenv("TOKENMILL_CACHE", str(cache))
+        monkeypatch.setenv("TOKENMILL_CACHE_GB", limit_gb)
+        ds = PackedDataset(out, seq_len=16, seed=0, rank=rank, world=2, batch_size=2, order=Order(1, 2, 2))
+        items = iter(ds)
+        got = [next(items)["tokens"] for _ in range(60)]
+        return got
+
+    fetched = []
+    for rank in (0, 1):
+        run(rank, tmp_path / f"cache{rank}", "50")
+        blobs = {p.name for p in (tmp_path / f"cache{rank}").iterdir() if len(p.name) == 64}
+        assert all(hashlib.sha256((tmp_path / f"cache{rank}" / b).read_bytes()).hexdigest() == b for b in blobs)
+        mine = {shards[f]["sha256"] for f in lanes[rank]}
+        train = blobs - {manifest["tokenizer"]["sha256"]} - {s["sha256"] for s in manifest["splits"]["val"]["shards"]}
+        assert train and train <= mine, (rank, len(train), len(mine))
+        fetched.append(train)
+    assert not fetched[0] & fetched[1]
+    biggest = max(s["bytes"] for s in shards)
+    want = run(0, tmp_path / "cache0", "50")
+    small = run(0, tmp_path / "small", str(2.5 * biggest / 2**30))
+    assert all(a.equal(b) for a, b in zip(want, small))
+    left = [p for p in (tmp_path / "small").iterdir() if len(p.name) == 64]
+    assert sum(p.stat().st_size for p in left) <= 2.5 * biggest

@@ -42,8 +42,8 @@ def docs_by_hand(out, manifest, g_range, seed) -> list[str]:
     windows = D.PackedWindows([stream], SEQ, seed)
     want: list[str] = []
     for g in g_range:
-        _, _, w = windows.locate(g)
-        lo, hi = w * SEQ, w * SEQ + SEQ + 1
+        _, _, lo = windows.locate(g)
+        hi = lo + SEQ + 1
         want += [rows[i][0] for i in range(len(rows)) if starts[i] < hi and ends[i] > lo and rows[i][0] not in want]
     return want
 

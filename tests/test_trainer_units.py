@@ -126,15 +126,15 @@ def test_sample_order_is_a_pure_function_and_a_permutation_per_epoch(outputs):
     again = D.PackedWindows(streams, seq_len=32, seed=5)
     assert [again.locate(g) for g in reversed(range(3 * W))][::-1] == first  # no hidden iteration state
     for epoch in range(3):
-        wins = [w for _, e, w in first[epoch * W:(epoch + 1) * W]]
-        assert sorted(wins) == list(range(W)) and {e for _, e, _ in first[epoch * W:(epoch + 1) * W]} == {epoch}
+        wins = [start for _, e, start in first[epoch * W:(epoch + 1) * W]]
+        assert sorted(wins) == [w * 32 for w in range(W)] and {e for _, e, _ in first[epoch * W:(epoch + 1) * W]} == {epoch}
     assert [w for *_, w in first[:W]] != [w for *_, w in first[W:2 * W]]  # reshuffled each epoch
     other = D.PackedWindows(streams, seq_len=32, seed=6)
     assert [other.locate(g) for g in range(W)] != first[:W]
     tokens = ds.__getitems__([7])["tokens"][0].numpy()
-    _, _, w = ds.locate(7)
+    _, _, start = ds.locate(7)
     ref = np.empty(33, dtype=np.int64)
-    streams[0].read(w * 32, ref)
+    streams[0].read(start, ref)
     assert tokens.tolist() == ref.tolist()
 
 
@@ -178,7 +178,7 @@ def test_mixture_weights_are_honoured(outputs):
     assert 0.6 < sources[:400].count(0) / 400 < 0.9  # interleaved, not in runs
     # every source still walks through all its windows once per epoch
     wins_b = [w for k, e, w in (ds.locate(g) for g in range(4 * D.MIX_BLOCK)) if k == 1 and e == 0]
-    assert sorted(wins_b) == list(range(ds.windows[1]))
+    assert sorted(wins_b) == [w * 16 for w in range(ds.windows[1])]
 
 
 def test_different_tokenizers_cannot_be_mixed(outputs, tmp_path):

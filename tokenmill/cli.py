@@ -194,8 +194,6 @@ def cmd_train(args: argparse.Namespace, _: list[str]) -> int:
     from tokenmill.trainer.train_config import load_train_config
 
     cfg = load_train_config(args.config, args.set, args.data)
-    from tokenmill.format import local_view  # an OUT on a store: its shards cached, checked
-    cfg.data.paths = [local_view(p) for p in cfg.data.paths]
     try:
         from tokenmill.trainer.train import run
     except ImportError as e:

@@ -21,6 +21,10 @@ What it gives:
 - Checksums of every shard verified against the manifest when the dataset is made
   (``verify_checksums=False``: sizes only).
 - Mixtures: several outputs with ``weights``.
+- Outputs on an object store (s3://, gs://): each shard fetched into a bounded local cache when
+  first read, checked against the manifest's sha256. ``order=Order(group=N, lanes=L,
+  chunk=batch_size)`` (tokenmill/trainer/order.py) bounds what a rank needs at once and, with L
+  a multiple of ``world``, has every rank fetch only its own shards.
 - ``state_dict``/``load_state_dict`` per DataLoader worker (what torchdata's
   StatefulDataLoader saves and restores), or ``first_sample`` to start at a global sample.
 
@@ -37,7 +41,8 @@ from collections.abc import Iterator
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenmill.errors import UserError
-from tokenmill.trainer.windows import PackedWindows, TokenStream, check_compatible, open_output, split_files
+from tokenmill.trainer.order import Order
+from tokenmill.trainer.windows import PackedWindows, check_compatible, open_output, split_stream
 
 __all__ = ["PackedDataset", "batch_indices", "loader"]
 
@@ -60,7 +65,7 @@ class PackedDataset(IterableDataset):
     def __init__(self, data: str | list[str], seq_len: int, seed: int = 0, rank: int = 0, world: int = 1,
                  batch_size: int = 1, weights: list[float] | None = None, doc_mask: bool = False,
                  split: str = "train", verify_checksums: bool = True, first_sample: int = 0,
-                 windows: PackedWindows | None = None):
+                 windows: PackedWindows | None = None, order: Order | None = None):
         if not 0 <= rank < world or batch_size < 1 or seq_len < 1 or first_sample < 0:
             raise UserError(f"PackedDataset: need 0 <= rank < world, batch_size >= 1, seq_len >= 1, first_sample "
                             f">= 0 (got rank {rank}, world {world}, batch_size {batch_size}, seq_len {seq_len}, "
@@ -69,8 +74,8 @@ class PackedDataset(IterableDataset):
             paths = [data] if isinstance(data, str) else list(data)
             manifests = [open_output(p, verify_checksums) for p in paths]
             tok = check_compatible(manifests, paths)
-            streams = [TokenStream(split_files(p, m, split), tok["eos_id"]) for p, m in zip(paths, manifests)]
-            windows = PackedWindows(streams, seq_len, seed, weights, doc_mask, tok["vocab_size"])
+            streams = [split_stream(p, m, split) for p, m in zip(paths, manifests)]
+            windows = PackedWindows(streams, seq_len, seed, weights, doc_mask, tok["vocab_size"], order)
         self.windows = windows
         self.seed, self.rank, self.world, self.batch_size, self.first = seed, rank, world, batch_size, first_sample
         self._next = 0  # this worker's next item (each DataLoader worker has its own copy)

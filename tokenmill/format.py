@@ -255,6 +255,15 @@ def tokenizer_path(out: str, manifest: dict) -> str:
     return join(out, manifest.get("tokenizer", {}).get("file", "tokenizer.json"))
 
 
+def local_tokenizer(out: str, manifest: dict) -> str:
+    """The tokenizer.json of a prepared output as a local file: on an object store, its copy in
+    the local cache, checked against the manifest's sha256."""
+    from tokenmill import store, store_cache
+
+    path = tokenizer_path(out, manifest)
+    return store_cache.cached(path, manifest["tokenizer"]["sha256"], 0) if store.is_store(path) else path
+
+
 def load_manifest(out: str) -> dict:
     path = join(out, "manifest.json")
     try:
@@ -290,11 +299,12 @@ def check_vocab(out: str, manifest: dict) -> None:
                         f"re-run `tokenmill prepare`")
 
 
-def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1), checksums: bool = True) -> list[str]:
+def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1), checksums: bool = True,
+                  shards: bool = True) -> list[str]:
     """Every problem with the shards and tokenizer of ``out`` against its manifest, one line
     each. ``part`` (i, n): only the i-th of every n shards, in manifest order (the trainer's
     ranks share the hashing); the tokenizer with part 0. ``checksums=False``: shard sizes only,
-    for outputs too big to hash at every start."""
+    for outputs too big to hash at every start. ``shards=False``: the tokenizer only."""
     problems = []
     tok = manifest.get("tokenizer", {})
     tok_path = tokenizer_path(out, manifest)
@@ -304,8 +314,8 @@ def verify_output(out: str, manifest: dict, part: tuple[int, int] = (0, 1), chec
             problems.append(f"{tok_path}: missing")
         elif sha256_file(tok_path) != tok.get("sha256"):
             problems.append(f"{tok_path}: sha256 does not match the manifest")
-    shards = [s for info in manifest.get("splits", {}).values() for s in info.get("shards", [])]
-    for s in shards[i::n]:
+    listed = [s for info in manifest.get("splits", {}).values() for s in info.get("shards", [])] if shards else []
+    for s in listed[i::n]:
         path = join(out, s["file"])
         if not exists(path):
             problems.append(f"{path}: missing")

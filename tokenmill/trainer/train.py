@@ -26,7 +26,7 @@ import torch.distributed as dist
 from tokenmill.data import PackedDataset
 from tokenmill.data import loader as data_loader
 from tokenmill.errors import UserError, first_line
-from tokenmill.format import tokenizer_path
+from tokenmill.format import local_tokenizer
 from tokenmill.trainer import checkpoint as ckpt
 from tokenmill.trainer import windows as D
 from tokenmill.trainer.evaluation import evaluate, token_byte_lengths
@@ -54,6 +54,7 @@ from tokenmill.trainer.optimizer import (  # noqa: F401  (param_groups: imported
     param_groups,
     step_unless,
 )
+from tokenmill.trainer.order import Order
 from tokenmill.trainer.parallel import (
     Dist,
     SharedError,
@@ -168,12 +169,14 @@ class Trainer:
         """One token stream per output and split: the packed training windows and this rank's
         validation batches."""
         cfg, d, tok = self.cfg, self.d, self.tok
-        streams = [D.TokenStream(D.split_files(p, m, "train"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
-        self.dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None,
-                                       cfg.data.doc_mask, tok["vocab_size"])
-        val_streams = [D.TokenStream(D.split_files(p, m, "val"), tok["eos_id"]) for p, m in zip(cfg.data.paths, manifests)]
+        streams = [D.split_stream(p, m, "train") for p, m in zip(cfg.data.paths, manifests)]
+        order = Order(cfg.data.shuffle_shards, cfg.data.lanes, cfg.train.micro_batch)
+        val_streams = [D.split_stream(p, m, "val") for p, m in zip(cfg.data.paths, manifests)]
         self.val, error = [], None
         try:
+            D.check_cache_fits(streams, order, cfg.seed, d.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+            self.dataset = D.PackedWindows(streams, cfg.data.seq_len, cfg.seed, cfg.data.weights or None,
+                                           cfg.data.doc_mask, tok["vocab_size"], order)
             self.val = D.val_batches(val_streams, cfg.data.seq_len, cfg.eval.samples, cfg.train.micro_batch, d.rank,
                                      d.world, cfg.data.doc_mask, tok["vocab_size"])
         except UserError as e:  # each rank reads its own windows: any rank's error stops all
@@ -188,7 +191,7 @@ class Trainer:
         self.optim = build_optimizer(self.model, cfg.optim, cfg.lr())
         self.scaler = torch.amp.GradScaler(d.device.type) if self.precision == "fp16" else None
         self.loss_fn = torch.compile(token_loss_sum) if cfg.parallel.compile else token_loss_sum
-        self.tokenizer_json = tokenizer_path(cfg.data.paths[0], manifests[0])
+        self.tokenizer_json = local_tokenizer(cfg.data.paths[0], manifests[0])
         if d.main:  # the run keeps the tokenizer it trains with: `tokenmill generate` reads it
             shutil.copyfile(self.tokenizer_json, os.path.join(self.run_dir, "tokenizer.json"))
         self.byte_lengths = torch.from_numpy(token_byte_lengths(self.tokenizer_json)).to(d.device) if self.val else None

@@ -84,7 +84,17 @@ class DataConfig(_Section):
     num_workers: int = Field(default=2, ge=0, le=64, description="DataLoader worker processes per rank.")
     prefetch_factor: int = Field(default=4, ge=1, le=64, description="Micro-batches each worker holds ready.")
     verify_checksums: bool = Field(default=True, description=(
-        "sha256 of every shard against the manifest before training (false: sizes only)."))
+        "sha256 of every shard against the manifest before training (false: sizes only). Shards on an object "
+        "store are checked as they are fetched, whatever this says."))
+    shuffle_shards: int = Field(default=0, ge=0, le=1 << 20, description=(
+        "0: each epoch is one shuffle of every window of the split. N: windows are cut per shard and "
+        "shuffled within groups of N shards, the groups in a shuffled order (trainer/order.py): a rank then "
+        "needs only its current and next group's shards at hand, which is what training from an object store "
+        "through a bounded cache (TOKENMILL_CACHE_GB) needs."))
+    lanes: int = Field(default=1, ge=1, le=1 << 16, description=(
+        "Deal the shards to this many lanes; micro-batch m reads lane m % lanes. With lanes a multiple of the "
+        "number of ranks, every rank reads (and on a store fetches) only its own shards. The order depends on "
+        "lanes, not on the number of ranks."))
 
     @model_validator(mode="after")
     def _weights(self):

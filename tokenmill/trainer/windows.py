@@ -17,19 +17,24 @@ micro-batch ``m`` as the ``micro_batch`` indices starting at ``m*micro_batch*wor
 r*micro_batch``. DataLoader workers fetch whole micro-batches and the DataLoader returns
 them in sampler order, so the batches never depend on ``num_workers``. A checkpoint needs
 only the number of samples consumed (and the seed) to resume exactly.
+
+That is the default order; ``data.shuffle_shards`` / ``data.lanes`` choose the grouped order
+of order.py instead (windows cut per shard, read a few shards at a time, each rank its own
+lanes), for outputs on an object store bigger than the local cache.
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-import os
-from dataclasses import dataclass, field
-
 import numpy as np
-import pyarrow as pa
 
 from tokenmill.errors import UserError
+from tokenmill.trainer.order import LaneWindows, Order, lane_windows, seed_words
+from tokenmill.trainer.token_stream import (  # noqa: F401  (split_files, check_cache_fits: imported from here too)
+    TokenStream,
+    check_cache_fits,
+    split_files,
+    split_stream,
+)
 
 MIX_BLOCK = 10_000  # mixture weights are honoured to 1/MIX_BLOCK within every block of samples
 
@@ -41,11 +46,15 @@ def open_output(out: str, verify_checksums: bool = True, part: tuple[int, int] =
     """The manifest of a prepared output, after checking its shards; one clear line otherwise.
     ``part`` (i, n): hash only the i-th of every n shards (each rank its own slice)."""
     from tokenmill.format import check_vocab, load_manifest, verify_output
+    from tokenmill.store import is_store
 
     manifest = load_manifest(out)
     check_vocab(out, manifest)
-    # Without checksums: every shard's size (for outputs too big to hash at every start).
-    problems = verify_output(out, manifest, part if verify_checksums else (0, 1), checksums=verify_checksums)
+    # Without checksums: every shard's size (for outputs too big to hash at every start). On a
+    # store, the tokenizer now and each shard when it is fetched (split_stream).
+    remote = is_store(out)
+    problems = verify_output(out, manifest, part if verify_checksums else (0, 1), checksums=verify_checksums or remote,
+                             shards=not remote)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise UserError(f"refusing to train on {out}: {problems[0]}{more}; re-run `tokenmill prepare` "
@@ -66,110 +75,6 @@ def check_compatible(manifests: list[dict], paths: list[str]) -> dict:
 # ---------------------------------------------------------------- one split as a token stream
 
 
-@dataclass
-class TokenStream:
-    """The tokens of one split of one prepared output, as zero-copy views into mmapped shards."""
-
-    files: list[str]
-    eos_id: int
-    _pid: int = -1
-    _segments: list[np.ndarray] = field(default_factory=list)
-    _starts: list[int] = field(default_factory=list)  # global offset of each segment
-    _seg_file: list[int] = field(default_factory=list)  # index in files of each segment's shard
-    _maps: list = field(default_factory=list)  # the open pa.MemoryMappedFile of each shard
-    _sizes: list[int] = field(default_factory=list)  # each shard's size when mapped
-    _batches: list = field(default_factory=list)  # each segment's record batch (ids, offsets)
-    _n: int = 0
-
-    def __getstate__(self):  # DataLoader workers (fork or spawn) reopen the maps themselves
-        return {"files": self.files, "eos_id": self.eos_id}
-
-    def __setstate__(self, state):
-        self.__init__(state["files"], state["eos_id"])
-
-    def _open(self) -> None:
-        if self._pid == os.getpid():
-            return
-        segments, starts, seg_file, maps, sizes, batches, n = [], [], [], [], [], [], 0
-        for f, path in enumerate(self.files):
-            source = pa.memory_map(path, "r")
-            maps.append(source)
-            sizes.append(os.fstat(source.fileno()).st_size)
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                values = batch.column("tokens").values.to_numpy(zero_copy_only=True)
-                if not len(values):
-                    continue
-                segments.append(values)
-                batches.append(batch)
-                starts.append(n)
-                seg_file.append(f)
-                n += len(values)
-        self._segments, self._starts, self._seg_file, self._n = segments, starts, seg_file, n
-        self._maps, self._sizes, self._batches, self._pid = maps, sizes, batches, os.getpid()
-
-    def __len__(self) -> int:
-        self._open()
-        return self._n
-
-    def check_file(self, f: int) -> None:
-        """Touching a mapped page past the end of a shard truncated in place is a SIGBUS that
-        kills the process without a word; fstat on the mapped file first turns it into one line."""
-        size = os.fstat(self._maps[f].fileno()).st_size
-        if size < self._sizes[f]:
-            raise UserError(f"{self.files[f]} shrank from {self._sizes[f]} to {size} bytes while training read it "
-                            "(truncated or rewritten in place?): restore it (`tokenmill inspect` checks it) and "
-                            "rerun the same command to resume from the last checkpoint")
-
-    def check_files(self) -> None:
-        self._open()
-        for f in range(len(self.files)):
-            self.check_file(f)
-
-    def file_at(self, pos: int) -> str:
-        """The shard that holds token ``pos`` of the stream."""
-        self._open()
-        return self.files[self._seg_file[bisect.bisect_right(self._starts, pos) - 1]]
-
-    def docs_in(self, start: int, stop: int) -> list[str]:
-        """Ids of the documents whose tokens overlap ``[start, stop)``, in stream order (the
-        shards' own offsets, memory-mapped: nothing is indexed up front)."""
-        self._open()
-        i = bisect.bisect_right(self._starts, start) - 1
-        ids: list[str] = []
-        while i < len(self._segments) and self._starts[i] < stop:
-            tokens = self._batches[i].column("tokens")
-            offsets = tokens.offsets.to_numpy() - tokens.offsets[0].as_py()
-            lo = max(start - self._starts[i], 0)
-            hi = min(stop - self._starts[i], len(self._segments[i]))
-            first = int(np.searchsorted(offsets, lo, side="right")) - 1
-            last = int(np.searchsorted(offsets, hi, side="left"))  # docs first .. last-1 overlap
-            column = self._batches[i].column("id")
-            ids.extend(column[d].as_py() for d in range(first, last))
-            i += 1
-        return ids
-
-    def read(self, start: int, out: np.ndarray) -> None:
-        """Copy tokens ``[start, start + len(out))`` into ``out`` (any integer dtype)."""
-        self._open()
-        i = bisect.bisect_right(self._starts, start) - 1
-        off, done, want, checked = start - self._starts[i], 0, len(out), -1
-        while done < want:
-            if self._seg_file[i] != checked:  # once per shard a window touches (usually one)
-                checked = self._seg_file[i]
-                self.check_file(checked)
-            seg = self._segments[i]
-            take = min(want - done, len(seg) - off)
-            out[done:done + take] = seg[off:off + take]
-            done += take
-            i, off = i + 1, 0
-
-
-def split_files(out: str, manifest: dict, split: str) -> list[str]:
-    return [os.path.join(out, s["file"]) for s in manifest["splits"][split]["shards"]]
-
-
 def n_windows(n_tokens: int, seq_len: int) -> int:
     return max(0, (n_tokens - 1) // seq_len)
 
@@ -177,13 +82,8 @@ def n_windows(n_tokens: int, seq_len: int) -> int:
 # ---------------------------------------------------------------- sample order (pure functions)
 
 
-def _seed_words(*parts: int) -> list[int]:
-    h = hashlib.blake2b(":".join(str(p) for p in parts).encode(), digest_size=16).digest()
-    return [int.from_bytes(h[i:i + 4], "little") for i in range(0, 16, 4)]
-
-
 def epoch_permutation(seed: int, source: int, epoch: int, n: int) -> np.ndarray:
-    return np.random.default_rng(_seed_words(seed, source, epoch)).permutation(n)
+    return np.random.default_rng(seed_words(seed, source, epoch)).permutation(n)
 
 
 def mixture_block(weights: list[float], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -195,7 +95,7 @@ def mixture_block(weights: list[float], seed: int) -> tuple[np.ndarray, np.ndarr
     for k in np.argsort(-(raw - counts), kind="stable")[: MIX_BLOCK - counts.sum()]:
         counts[k] += 1
     labels = np.repeat(np.arange(len(w)), counts)
-    labels = labels[np.random.default_rng(_seed_words(seed, "mix")).permutation(MIX_BLOCK)]
+    labels = labels[np.random.default_rng(seed_words(seed, "mix")).permutation(MIX_BLOCK)]
     rank = np.zeros(MIX_BLOCK, dtype=np.int64)
     seen = np.zeros(len(w), dtype=np.int64)
     for i, k in enumerate(labels):
@@ -218,32 +118,63 @@ class PackedWindows:
     """
 
     def __init__(self, streams: list[TokenStream], seq_len: int, seed: int, weights: list[float] | None = None,
-                 doc_mask: bool = False, vocab_size: int | None = None):
+                 doc_mask: bool = False, vocab_size: int | None = None, order: Order | None = None):
         self.streams, self.seq_len, self.seed, self.doc_mask = streams, seq_len, seed, doc_mask
-        self.eos_id, self.vocab_size = streams[0].eos_id, vocab_size
-        self.windows = [n_windows(len(s), seq_len) for s in streams]
+        self.eos_id, self.vocab_size, self.order = streams[0].eos_id, vocab_size, order or Order()
+        self.lanes: list[list[LaneWindows]] = []  # the grouped order (order.py): source -> its lanes
+        if self.order.grouped:
+            self.lanes = [lane_windows(seed, k, s.files[0] if s.files else f"source {k}", s.tokens_per_shard(),
+                                       seq_len, self.order) if sum(s.tokens_per_shard()) > seq_len else []
+                          for k, s in enumerate(streams)]
+            self.windows = [sum(lw.windows for lw in lanes) for lanes in self.lanes]
+        else:
+            self.windows = [n_windows(len(s), seq_len) for s in streams]
         weights = list(weights) if weights else [1.0] * len(streams)
         self.weights = [w if n else 0.0 for w, n in zip(weights, self.windows)]
         if not sum(self.weights):
-            raise UserError(f"the train split has fewer than seq_len+1 = {seq_len + 1} tokens: "
-                            "lower data.seq_len or prepare more data")
+            raise UserError(f"the train split has fewer than seq_len+1 = {seq_len + 1} tokens"
+                            f"{' in a shard' if self.order.grouped else ''}: lower data.seq_len or prepare more data")
         self._labels, self._rank, self._counts = mixture_block(self.weights, seed)
         self._perms: dict[int, tuple[int, np.ndarray]] = {}  # source -> (epoch, its permutation)
 
     def locate(self, g: int) -> tuple[int, int, int]:
-        """(source, epoch, window) of global sample ``g``: a pure function of (seed, g)."""
-        block, slot = divmod(g, MIX_BLOCK)
+        """(source, epoch, first token of the window) of global sample ``g``: a pure function of
+        (seed, g) and the order."""
+        lane, i = self.order.lane(g) if self.order.grouped else (0, g)
+        block, slot = divmod(i, MIX_BLOCK)
         k = int(self._labels[slot])
         j = block * int(self._counts[k]) + int(self._rank[slot])
+        if self.order.grouped:
+            epoch, _, start = self.lanes[k][lane].locate(j)
+            return k, epoch, start
         epoch, pos = divmod(j, self.windows[k])
         cached = self._perms.get(k)
         if cached is None or cached[0] != epoch:  # one permutation per (source, epoch), cached
             cached = self._perms[k] = (epoch, epoch_permutation(self.seed, k, epoch, self.windows[k]))
-        return k, epoch, int(cached[1][pos])
+        return k, epoch, int(cached[1][pos]) * self.seq_len
 
     def batch(self, indices: list[int]) -> dict:
-        windows = [(k, w) for k, _, w in map(self.locate, indices)]
-        return as_batch(read_windows(self.streams, windows, self.seq_len, self.vocab_size), self.eos_id, self.doc_mask)
+        windows = [(k, start) for k, _, start in map(self.locate, indices)]
+        out = read_windows(self.streams, windows, self.seq_len, self.vocab_size)
+        if self.order.grouped:
+            self._plan(indices)
+        return as_batch(out, self.eos_id, self.doc_mask)
+
+    def _plan(self, indices: list[int]) -> None:
+        """After a grouped batch: unmap every shard outside its groups, fetch the next groups'."""
+        keep: dict[int, set[int]] = {}
+        ahead: dict[int, list[int]] = {}
+        for g in indices:
+            lane, i = self.order.lane(g)
+            block, slot = divmod(i, MIX_BLOCK)
+            k = int(self._labels[slot])
+            now, nxt = self.lanes[k][lane].group_shards(block * int(self._counts[k]) + int(self._rank[slot]))
+            keep.setdefault(k, set()).update(now)
+            ahead.setdefault(k, []).extend(f for f in nxt if f not in ahead[k])
+        for k, stream in enumerate(self.streams):
+            stream.release(keep.get(k, set()))
+            if k in ahead:
+                stream.prefetch(sorted(keep[k]) + ahead[k])
 
     def __getitems__(self, indices: list[int]) -> dict:
         try:
@@ -256,8 +187,8 @@ class PackedWindows:
 
     def docs_of(self, g: int) -> list[str]:
         """Ids of the documents global sample ``g``'s window is cut from."""
-        k, _, w = self.locate(g)
-        return self.streams[k].docs_in(w * self.seq_len, w * self.seq_len + self.seq_len + 1)
+        k, _, start = self.locate(g)
+        return self.streams[k].docs_in(start, start + self.seq_len + 1)
 
     def filler(self, n: int) -> dict:
         """A batch of ``n`` all-EOS windows: what a rank whose data failed computes on, to stay in
@@ -271,11 +202,12 @@ class PackedWindows:
 
 def read_windows(streams: list[TokenStream], windows: list[tuple[int, int]], seq_len: int,
                  vocab_size: int | None) -> np.ndarray:
-    """Rows [n, seq_len + 1] of token ids: window ``w`` of stream ``k`` for each (k, w), checked."""
+    """Rows [n, seq_len + 1] of token ids: the window of stream ``k`` from token ``start`` for each
+    (k, start), checked."""
     out = np.empty((len(windows), seq_len + 1), dtype=np.int64)
-    for row, (k, w) in enumerate(windows):
-        streams[k].read(w * seq_len, out[row])
-    check_ids(out, [(streams[k], w * seq_len) for k, w in windows], vocab_size)
+    for row, (k, start) in enumerate(windows):
+        streams[k].read(start, out[row])
+    check_ids(out, [(streams[k], start) for k, start in windows], vocab_size)
     return out
 
 
@@ -324,7 +256,7 @@ def val_indices(streams: list[TokenStream], seq_len: int, samples: int) -> list[
         for w in range(n_windows(len(s), seq_len)):
             if len(out) == samples:
                 return out
-            out.append((k, w))
+            out.append((k, w * seq_len))
     return out
 
 
