@@ -8,7 +8,8 @@ the medians and their ratio, and the store requests of the last s3 run.
 Default input: ../shared/data/html_extraction (623 real pages and their gold files); --rust N:
 N Rust documentation pages, chosen and staged as bench/scaling.py does (compare_datatrove's set);
 --warc K: the pages packed K to a WARC.gz file first (HTTP response records), as crawls ship
-them: one object per K pages instead of one per page."""
+them: one object per K pages instead of one per page; --latency-ms L: the s3 runs through a proxy
+(tests/throttling_proxy.py) that holds every request L ms, as a store in a region answers."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 BUCKET = os.environ.get("S3_BUCKET", "tokenmill")
 
 
-def run(inp: str, out: str) -> float:
+def run(inp: str, out: str, env: dict | None = None) -> float:
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "tokenmill.cli", "prepare", "--input", inp, "--output", out, "--quiet"],
-                       capture_output=True, text=True, cwd=REPO)
+                       capture_output=True, text=True, cwd=REPO, env=env)
     if r.returncode:
         sys.exit(r.stderr[-2000:])
     return time.perf_counter() - t
@@ -67,6 +68,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rust", type=int, default=0, help="N Rust doc pages instead of INPUT_FOLDER")
     ap.add_argument("--warc", type=int, default=0, help="pack the pages K to a WARC.gz file")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="the s3 runs through a proxy that holds every request this long (a store in a region "
+                         "answers in 10-50 ms; on loopback ~1 ms); the proxy's own CPU shares the 2 cores")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tokenmill-bench-")
     if args.rust:
@@ -89,13 +93,24 @@ def main() -> None:
         list(pool.map(lambda f: c.upload_file(str(f), BUCKET, f"{prefix}/{f.relative_to(src).as_posix()}"), files))
     print(f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:.1f} MB, uploaded to s3://{BUCKET}/{prefix}/")
     times: dict[str, list[float]] = {"local": [], "s3": []}
+    proxy, env = None, None
+    if args.latency_ms:
+        sys.path.insert(0, str(REPO / "tests"))
+        from throttling_proxy import ThrottlingProxy
+
+        proxy = ThrottlingProxy(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), every=0,
+                                delay_s=args.latency_ms / 1000).__enter__()
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        print(f"s3 runs: {args.latency_ms:g} ms added to every request")
     try:
         for i in range(args.rounds):
             times["local"].append(run(str(src), os.path.join(tmp, "out")))
-            times["s3"].append(run(f"s3://{BUCKET}/{prefix}/", f"s3://{BUCKET}/bench-out"))
+            times["s3"].append(run(f"s3://{BUCKET}/{prefix}/", f"s3://{BUCKET}/bench-out", env))
             print(f"round {i + 1}: local {times['local'][-1]:.2f} s, s3->s3 {times['s3'][-1]:.2f} s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if proxy is not None:
+            proxy.__exit__(None, None, None)
     local, s3 = statistics.median(times["local"]), statistics.median(times["s3"])
     print(f"median: local {local:.2f} s, s3->s3 {s3:.2f} s, ratio {s3 / local:.2f}x")
 

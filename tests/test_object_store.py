@@ -555,3 +555,31 @@ def test_each_rank_fetches_only_its_own_shards_into_a_bounded_cache(s3, tmp_path
     assert all(a.equal(b) for a, b in zip(want, small))
     left = [p for p in (tmp_path / "small").iterdir() if len(p.name) == 64]
     assert sum(p.stat().st_size for p in left) <= 2.5 * biggest
+
+
+def test_small_objects_are_fetched_ahead_and_read_as_without(s3):
+    """readers.Prefetch over objects on the store: the records a reader gets are those of direct
+    reads, and an object gone since the listing is one dropped row (not a failed task)."""
+    from tokenmill.config import ReadConfig
+    from tokenmill.transforms.readers import Prefetch, read_files, scan_inputs
+
+    st_files = {f"ahead/p{i:02d}.html": f"<html><body><p>page {i} {'word ' * i}</p></body></html>".encode()
+                for i in range(40)}
+    from tokenmill.store import Store
+
+    st = Store(s3.url("ahead/"))
+    for key, data in st_files.items():
+        st.write(s3.url(key), data)
+    files = sorted(scan_inputs([s3.url("ahead/")]).files, key=lambda f: f.path)
+    assert len(files) == 40
+    cfg = ReadConfig()
+    direct = list(read_files(files, cfg, Prefetch([])))
+    with Prefetch(files) as ahead:
+        fetched = list(read_files(files, cfg, ahead))
+    assert fetched == direct and all(not d.get("dropped_by") for d in fetched)
+    st.delete([s3.url("ahead/p07.html")])
+    with Prefetch(files) as ahead:
+        gone = list(read_files(files, cfg, ahead))
+    assert len(gone) == 40 and [d["id"] for d in gone] == [d["id"] for d in direct]
+    dropped = [d for d in gone if d.get("dropped_by")]
+    assert len(dropped) == 1 and dropped[0]["id"].endswith("p07.html") and dropped[0]["dropped_by"].startswith("read:")

@@ -40,7 +40,7 @@ from tokenmill.config import ReadConfig
 from .formats import FORMATS, detect_format, reader
 from .inputs import GLOB_CHARS, InputFile, InputScan, resolve_inputs, scan_inputs
 from .json_and_text import read_html, read_jsonl, read_parquet, read_txt
-from .streams import broken
+from .streams import Prefetch, broken
 from .tasks import (
     MAX_FILES_PER_TASK,
     MIN_TASKS,
@@ -56,7 +56,8 @@ from .warc import read_warc
 __all__ = [
     "FORMATS", "GLOB_CHARS", "MAX_FILES_PER_TASK", "MIN_TASKS", "FileRange", "InputFile", "InputScan", "ReadFn", "Unit",
     "detect_format", "files_in", "plan_task", "plan_units", "read_html", "read_jsonl", "read_parquet",
-    "read_task", "read_txt", "read_unit", "read_warc", "resolve_inputs", "scan_inputs", "write_input_list",
+    "Prefetch", "read_files", "read_task", "read_txt", "read_unit", "read_warc", "resolve_inputs", "scan_inputs",
+    "write_input_list",
 ]
 
 
@@ -80,7 +81,15 @@ def read_task(task: FileRange | Unit, cfg: ReadConfig) -> Iterator[dict[str, Any
     if isinstance(task, Unit):
         yield from read_unit(task, cfg)
         return
-    for f in files_in(task):
+    files = files_in(task)
+    with Prefetch(files) as ahead:  # small objects on a store: fetched a few at a time ahead
+        yield from read_files(files, cfg, ahead)
+
+
+def read_files(files: list[InputFile], cfg: ReadConfig, ahead: Prefetch) -> Iterator[dict[str, Any]]:
+    """The records of a run of files, in order (``ahead``: what fetches them ahead, if anything)."""
+    for f in files:
+        ahead.advance(f)
         for unit in plan_units(f, cfg):
             if isinstance(unit, dict):  # an empty file, a format no reader takes
                 yield unit
