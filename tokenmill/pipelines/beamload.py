@@ -61,7 +61,36 @@ def import_lean(name: str) -> types.ModuleType:
     shorten_state_sampling()
     send_worker_id_on_state_channel()
     cache_graph_introspection()
+    servers_on_loopback()
     return module
+
+
+WILDCARD = ("[::]", "0.0.0.0", "", "::", "[::0]", "*")
+
+
+def servers_on_loopback() -> None:
+    """Every gRPC server Beam starts in this process listens on loopback, not on every interface.
+
+    Beam 2.62 binds its runner's control, data, state and logging servers, its worker pools and
+    its local job and artifact services to ``[::]:port`` and hands their clients
+    ``localhost:port``: the workers it starts run on this machine, yet anyone who reached the
+    ports could pose as a worker and receive the job's code and documents, or ask a pool to run
+    a worker against a control endpoint of their choosing. A wildcard host becomes ``localhost``
+    (IPv4 and IPv6 loopback); an address a caller names (the worker pool's ``--bind``) is kept."""
+    try:
+        from grpc._server import _Server
+    except ImportError:  # a grpc without the class: tests/test_network.py fails on the wildcard
+        return
+    if getattr(_Server.add_insecure_port, "tokenmill_loopback", False):
+        return
+    add = _Server.add_insecure_port
+
+    def add_insecure_port(self, address: str) -> int:
+        host, _, port = address.rpartition(":")
+        return add(self, f"localhost:{port}" if host in WILDCARD else address)
+
+    add_insecure_port.tokenmill_loopback = True
+    _Server.add_insecure_port = add_insecure_port
 
 
 def send_worker_id_on_state_channel() -> None:

@@ -9,7 +9,12 @@ pool keyed by endpoint). This pool keys its workers by id *and* control endpoint
 stops only the workers whose runner has closed that endpoint (each worker also ends by itself when
 its runner hangs up), and reaps every worker that ended (Beam's pool leaves them as zombies).
 
-    python -m tokenmill.pipelines.worker_pool --service_port=50000
+    python -m tokenmill.pipelines.worker_pool --service_port=50000 [--bind ADDRESS]
+
+It listens on loopback unless ``--bind`` names another address: anyone who reaches the port can
+have it start a worker against a control endpoint of their choosing, which then sends that
+worker code to run. The runners that use it (a Flink TaskManager, a Spark executor) run on the
+same host and reach it at ``localhost``; a wider address needs a network only trusted peers reach.
 
 Every other behaviour (the command each worker runs, the Python on PATH that runs it) is Beam's.
 """
@@ -73,16 +78,37 @@ class SharedWorkerPool(BeamFnExternalWorkerPoolServicer):
         return beam_fn_api_pb2.StopWorkerResponse()
 
 
+def serve(bind: str, port: int):
+    """The pool's gRPC server on ``bind``:``port`` (Beam's ``start`` listens on every interface)."""
+    import grpc
+    from apache_beam.portability.api import beam_fn_api_pb2_grpc
+    from apache_beam.utils import thread_pool_executor
+
+    server = grpc.server(thread_pool_executor.shared_unbounded_instance(),
+                         options=[("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)])
+    host = f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # newer grpc raises where older ones returned 0
+        bound = 0
+    if not bound:
+        sys.exit(f"tokenmill worker pool: cannot listen on {host}:{port} (taken, or not this host's address)")
+    beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(SharedWorkerPool(use_process=True), server)
+    server.start()
+    return f"{host}:{bound}", server
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--service_port", type=int, required=True)
+    ap.add_argument("--bind", default="localhost", help="address to listen on (default: loopback only)")
     args = ap.parse_args(argv)
     from tokenmill.terminal import SafeFormatter  # a failed bundle's log line may quote data
 
     handler = logging.StreamHandler()
     handler.setFormatter(SafeFormatter(logging.BASIC_FORMAT))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    address, server = SharedWorkerPool.start(use_process=True, port=args.service_port)
+    address, server = serve(args.bind, args.service_port)
     print(f"tokenmill worker pool at {address}", file=sys.stderr, flush=True)
     try:
         while True:
