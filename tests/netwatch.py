@@ -83,17 +83,30 @@ def beyond_loopback(addresses: set[str]) -> set[str]:
     return out
 
 
-class Watch:
-    """Samples what the tree under ``pid`` listens on every ``every`` seconds until stopped."""
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+    except OSError:
+        return "?"
 
-    def __init__(self, pid: int, every: float = 0.1):
-        self.pid, self.every, self.seen = pid, every, set()
+
+class Watch:
+    """Samples what the trees under ``pid`` (a pid, or a function giving pids) listen on every
+    ``every`` seconds until stopped: ``seen``, and ``by_name`` (address -> the command that held it)."""
+
+    def __init__(self, pid, every: float = 0.1):
+        self.pids = pid if callable(pid) else (lambda: [pid])
+        self.every, self.seen, self.by_name = every, set(), {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.seen |= listening(_tree(self.pid))
+            for root in self.pids():
+                for pid in _tree(root):
+                    for addr in listening({pid}) - self.seen:
+                        self.seen.add(addr)
+                        self.by_name[addr] = _name(pid)
             time.sleep(self.every)
 
     def __enter__(self) -> Watch:

@@ -257,3 +257,31 @@ def test_a_job_that_fails_on_the_cluster_is_one_line(engine, tmp_path):
         assert_one_error_line(err, needle)
         assert snapshot(out) == before
         assert job_servers() <= servers  # the job server Beam started for the job ended with it
+
+
+def test_no_engine_port_beyond_loopback(reference, tmp_path):
+    """The engines' own daemons (found by their pid files) listen on loopback only; through a
+    Flink EXTERNAL and a Spark run, so do the launcher's and the worker pool's Python processes.
+    Beam 2.62's Java side is not held to it: its job-server jars and the Fn API servers it opens
+    inside TaskManagers and executors bind every interface (no option says otherwise; README:
+    What listens on the network)."""
+    from netwatch import Watch, beyond_loopback
+
+    def pids() -> list[int]:
+        found = [os.getpid()]
+        for f in RUN.rglob("*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                found.append(int(f.read_text().split()[0]))
+        return found
+
+    with Watch(pids, every=0.2) as idle:
+        import time
+        time.sleep(1)
+    assert len(idle.seen) > 8 and not beyond_loopback(idle.seen), idle.by_name
+    with Watch(pids, every=0.2) as run:
+        for engine in ("flink-external", "spark"):
+            engine_run(engine, tmp_path / engine)
+    python = {a for a in run.seen if "python" in run.by_name[a].split(" ", 1)[0]}
+    assert python, run.by_name  # the sampler saw the launcher's servers
+    wide = beyond_loopback(python)
+    assert not wide, {a: run.by_name[a] for a in wide}
