@@ -84,6 +84,7 @@ def test_compare_page_renders_in_headless_chromium(arms, tmp_path):
     ("one", "at least two prepared outputs"),
     ("no_eval", "--eval"),
     ("bad_set", "training rules seed 0"),
+    ("output_is_a_file", "--output"),
 ])
 def test_compare_errors_are_one_line(arms, tmp_path, capsys, case, needle):
     outs, eval_path, _ = arms
@@ -92,6 +93,9 @@ def test_compare_errors_are_one_line(arms, tmp_path, capsys, case, needle):
         args = compare_args(outs[:1], eval_path, tmp_path / "c")
     elif case == "no_eval":
         args = compare_args(outs, tmp_path / "missing.jsonl", tmp_path / "c")
+    elif case == "output_is_a_file":  # was a 17-line traceback, after the arms had trained
+        (tmp_path / "c").write_text("not a folder")
+        args = compare_args(outs, eval_path, tmp_path / "c")
     else:
         args += ["--set", "train.micro_batch=10000000"]  # valid config, refused by the trainer (memory)
     assert main(args) == 2

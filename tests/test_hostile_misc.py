@@ -107,4 +107,45 @@ def test_empty_output_and_a_foreign_report_are_one_line(tmp_path, capsys):
     (tmp_path / "report" / "report.json").write_text("[1, 2]")
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "not a tokenmill report" in err
+    assert err.count("\n") == 0 and "no report `tokenmill prepare` wrote" in err
+
+
+GOOD_REPORT = {"documents": {"read": 10, "kept": 4, "dropped": 6}, "chars_kept": 900,
+               "funnel": [{"stage": "read", "in": 10, "dropped": 0, "out": 10, "reasons": {}},
+                          {"stage": "quality", "in": 10, "dropped": 6, "out": 4, "reasons": {"gopher_min_words": 6}}],
+               "languages": {"en": 4}, "tokens_kept": 120, "pii_redactions": {"email": 1},
+               "dedup": {"clusters": 1, "removed_exact": 0, "removed_near": 1}, "other": [1, "x"]}
+
+
+@pytest.mark.parametrize("path,value,field", [
+    (("documents", "read"), "10", "documents.read"),
+    (("documents", "kept"), -1, "documents.kept"),
+    (("documents", "dropped"), 2**70, "documents.dropped"),
+    (("funnel", 1, "in"), True, "funnel.1.in"),
+    (("funnel", 1, "reasons", "gopher_min_words"), 1.5, "funnel.1.reasons.gopher_min_words"),
+    (("languages",), ["en"], "languages"),
+    (("dedup", "clusters"), None, "dedup.clusters"),
+    (("tokens_kept",), "many", "tokens_kept"),
+])
+def test_a_report_json_read_back_is_checked_field_by_field(tmp_path, capsys, path, value, field):
+    """`tokenmill report` on a received OUT whose report.json lies about a count: one line naming
+    the file and the field (each of these was a traceback from print_summary's formatting)."""
+    import copy
+    import json
+
+    from tokenmill.cli import main
+
+    (tmp_path / "report").mkdir()
+    report = tmp_path / "report" / "report.json"
+    report.write_text(json.dumps(GOOD_REPORT))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "10 documents read" in capsys.readouterr().out
+    bad = copy.deepcopy(GOOD_REPORT)
+    node = bad
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    report.write_text(json.dumps(bad))
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"report.json: {field}:" in err, err

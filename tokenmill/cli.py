@@ -113,9 +113,9 @@ def _load_report(path: str) -> dict:
             report = json.loads(fh.read().decode("utf-8"))
     except Exception:
         raise UserError(f"no readable report at {path} (did `tokenmill prepare` finish?)") from None
-    if not isinstance(report, dict) or not isinstance(report.get("documents"), dict):
-        raise UserError(f"{path}: not a tokenmill report (re-run `tokenmill prepare`)")
-    return report
+    from tokenmill.transforms.report import check_summary
+
+    return check_summary(report, path)
 
 
 def cmd_refilter(args: argparse.Namespace, beam_args: list[str]) -> int:

@@ -165,6 +165,9 @@ def compare(outs: list[str], eval_path: str, tokens: int, seeds: int, output: st
         raise UserError("compare: give at least two prepared outputs")
     if tokens <= 0 or seeds <= 0:
         raise UserError("compare: --tokens and --seeds must be positive")
+    from tokenmill.folders import output_folder
+
+    output_folder(output, "compare: --output")
     names = arm_names(outs)
     # An OUT on an object store: its files fetched into the local cache, checked, read from there.
     outs = [local_view(o, files=True) for o in outs]

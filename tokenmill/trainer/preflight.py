@@ -49,22 +49,19 @@ def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
 
 def prepare_run_dir(run: str, d: Dist) -> None:
     """RUN must be a folder every rank can write to: found now, not at the first checkpoint."""
+    from tokenmill.folders import output_folder
+
     error = None
-    if d.main:
-        try:
-            os.makedirs(run, exist_ok=True)
-        except FileExistsError:
-            error = f"--run-dir {run} exists and is not a folder"
-        except OSError as e:
-            error = f"--run-dir {run}: cannot create the folder ({e.strerror})"
+    try:
+        if d.main:
+            output_folder(run, "--run-dir")
+    except UserError as e:
+        error = str(e)
     raise_if_any(error, d)
-    probe = os.path.join(run, f".write-test-rank{d.rank}")
-    try:  # a real write: os.access says yes to root on a read-only folder
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as e:
-        error = f"--run-dir {run}: cannot write there ({e.strerror})"
+    try:  # every rank writes there too (on several hosts, RUN must be a shared folder)
+        output_folder(run, "--run-dir")
+    except UserError as e:
+        error = str(e)
     raise_if_any(error, d)
 
 

@@ -239,6 +239,77 @@ class ReportFn(beam.CombineFn):
 # ---------------------------------------------------------------- terminal summary
 
 
+def check_summary(report, where: str) -> dict[str, Any]:
+    """``report`` as print_summary reads it (a report.json read back: someone's published
+    output), or one UserError line naming the file and the field that is wrong."""
+    from pydantic import ValidationError
+
+    from tokenmill.errors import UserError
+
+    try:
+        _Summary.model_validate(report)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top)"
+        raise UserError(f"{where}: {field}: {err['msg']}; this is no report `tokenmill prepare` wrote "
+                        "(re-run it)") from None
+    return report
+
+
+def _summary_models():
+    """The fields print_summary reads, with the bounds of what tokenmill writes: counts are
+    whole numbers from 0 below 2**63, names are strings. Other fields are not read here."""
+    from typing import Annotated
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    count = Annotated[int, Field(strict=True, ge=0, lt=2**63)]
+    counts = dict[Annotated[str, Field(strict=True)], count]
+
+    class Model(BaseModel):
+        model_config = ConfigDict(extra="allow", strict=True)
+
+    class Documents(Model):
+        read: count
+        kept: count
+        dropped: count
+
+    class Row(Model):
+        stage: str
+        in_: count = Field(alias="in")
+        dropped: count
+        out: count
+        reasons: counts
+
+    class Dedup(Model):
+        clusters: count
+        removed_exact: count
+        removed_near: count
+
+    class Summary(Model):
+        documents: Documents
+        funnel: list[Row]
+        languages: counts
+        chars_kept: count = 0
+        tokens_kept: count | None = None
+        inputs_skipped: counts | None = None
+        pii_redactions: counts | None = None
+        decontamination: counts | None = None
+        dedup: Dedup | None = None
+
+    return Summary
+
+
+class _Lazy:  # pydantic's import stays off every worker's start: the models are made on first use
+    def __getattr__(self, name):
+        global _Summary
+        _Summary = _summary_models()
+        return getattr(_Summary, name)
+
+
+_Summary: Any = _Lazy()
+
+
 def print_summary(report: dict[str, Any], console=None) -> None:
     from rich.table import Table
 
