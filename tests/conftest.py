@@ -161,3 +161,23 @@ def sigterm_group_after_steps(cmd: list[str], run: Path, env: dict | None = None
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.returncode, err
+
+
+# Every local runner mode, as a user names it; EXTERNAL's {port} is a worker pool's.
+RUNNER_FLAGS = {
+    "in_memory": ["--direct_running_mode=in_memory"],
+    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
+    # As Flink and Spark task managers run the Python stages: the worker image's --worker_pool
+    # entrypoint starts this pool, and the runner asks it for SDK workers (EXTERNAL).
+    "portable_external": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
+                          "--environment_config=localhost:{port}"],
+}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -5,7 +5,6 @@ ports: tests/test_cluster.py.)"""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,25 +13,13 @@ from pathlib import Path
 import pytest
 from netwatch import Watch, beyond_loopback, listening
 
-from tests.conftest import REPO
+from tests.conftest import REPO, RUNNER_FLAGS, free_port
 
 pytestmark = pytest.mark.slow  # a prepare a runner mode
 SAMPLE = REPO / "tokenmill" / "sample"
 TOKENMILL = [sys.executable, "-m", "tokenmill.cli"]
 
-MODES = {  # each with the gRPC servers it starts: none in-process
-    "in_memory": ["--direct_running_mode=in_memory"],
-    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-    "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
-    "portable_external": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
-                          "--environment_config=localhost:{port}"],
-}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+MODES = RUNNER_FLAGS  # in_memory starts no gRPC server
 
 
 def _pool(port: int, *extra: str) -> subprocess.Popen:
@@ -54,7 +41,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_no_port_beyond_loopback_during_a_run(mode, tmp_path):
-    pool = _pool(port := _free_port()) if mode == "portable_external" else None
+    pool = _pool(port := free_port()) if mode == "portable_external" else None
     flags = [f.format(port=port) if pool else f for f in MODES[mode]]
     try:
         proc = subprocess.Popen([*TOKENMILL, "prepare", "--input", str(SAMPLE), "--output", str(tmp_path / "out"),
@@ -72,13 +59,13 @@ def test_no_port_beyond_loopback_during_a_run(mode, tmp_path):
 
 
 def test_the_worker_pool_listens_where_it_is_told():
-    port = _free_port()
+    port = free_port()
     pool = _pool(port)
     try:
         assert listening({pool.pid}) and not beyond_loopback(listening({pool.pid}))
     finally:
         _stop(pool)
-    port = _free_port()
+    port = free_port()
     addr = next((a for a in _own_addresses() if not a.startswith("127.")), None)
     if addr is None:
         pytest.skip("this machine has no address but loopback")

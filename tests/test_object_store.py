@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA, free_port
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "cluster.sh"
@@ -29,17 +28,11 @@ TOKENMILL = [sys.executable, "-m", "tokenmill.cli"]
 BUCKET = "tmtest"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """A store server of scripts/cluster.sh (``kind``: s3 or gcs) on a free port, its data in ``run``."""
 
     def __init__(self, kind: str, run: Path):
-        self.kind, self.run, self.port = kind, run, _free_port()
+        self.kind, self.run, self.port = kind, run, free_port()
         self.scheme = "s3" if kind == "s3" else "gs"
         up = kind.upper()
         self.env = {**os.environ, f"{up}_RUN": str(run), f"{up}_PORT": str(self.port), f"{up}_BUCKET": BUCKET}

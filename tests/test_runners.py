@@ -11,31 +11,17 @@ import sys
 import time
 
 import pytest
-from conftest import run_prepare
+from conftest import RUNNER_FLAGS, free_port, run_prepare
 
 pytestmark = pytest.mark.slow  # every local runner mode, multi-process
 
-RUNNERS = {
-    "in_memory": ["--direct_running_mode=in_memory"],
-    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-    "portable_loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
-    # As Flink and Spark task managers run the Python stages: the worker image's --worker_pool
-    # entrypoint starts this pool, and the runner asks it for SDK workers (EXTERNAL).
-    "portable_external": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
-                          "--environment_config=localhost:{port}"],
-}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
+RUNNERS = RUNNER_FLAGS
 
 
 @contextlib.contextmanager
 def worker_pool():
     """A Beam worker pool in its own process group, killed with its SDK workers afterwards."""
-    port = _free_port()
+    port = free_port()
     # The pool starts each SDK worker as `python -c ...`: this interpreter must be the one found.
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
