@@ -85,6 +85,27 @@ def test_run_that_is_a_file_is_refused_in_one_line(outs, tmp_path, capsys, where
     assert (tmp_path / "file").read_text() == "not a folder"
 
 
+def test_two_trainers_on_one_run_folder(outs, tmp_path, capsys):
+    """A second `train` into a RUN another one is writing is refused in one line naming the first
+    (its checkpoints and metrics would interleave); once the first ends, the same command resumes."""
+    run = tmp_path / "run"
+    cmd = [TOKENMILL, "train", "--data", str(outs[0]), "--run", str(run), *TINY, "--set", "train.steps=100000",
+           "--set", "checkpoint.every=0"]
+    first = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()[-2000:]
+            time.sleep(0.2)
+        assert train(outs[0], run, "train.steps=3") == 2
+        err = one_error_line(capsys)
+        assert f"--run-dir {run} is in use by another tokenmill train (pid {first.pid})" in err, err
+    finally:
+        first.terminate()
+        first.wait(timeout=120)
+    assert train(outs[0], run, "train.steps=3") == 0  # the lock went with its process
+
+
 def _refused_as_unwritable(outs, run, capsys):
     assert train(outs[0], run) == 2
     err = one_error_line(capsys)

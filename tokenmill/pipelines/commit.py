@@ -31,10 +31,10 @@ from collections.abc import Iterator
 
 from tokenmill import store
 from tokenmill.errors import UserError
+from tokenmill.folders import LOCK_NAME  # the local lock's name too
 from tokenmill.format import FORMAT_VERSION
 
 RUN_PREFIX = "tokenmill-run-"
-LOCK_NAME = ".tokenmill.lock"
 # Prefixes a local-style publish of older tokenmill versions used: garbage on a store.
 LEGACY_PREFIXES = (".tokenmill-stage-", ".tokenmill-old-")
 

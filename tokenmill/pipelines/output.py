@@ -23,17 +23,15 @@ neither entered nor removed. Only files a run owns are replaced; nothing else is
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import fnmatch
 import os
 import shutil
-import stat
 import uuid
 from collections.abc import Iterator
 
 from tokenmill.beamfs import FileSystems
 from tokenmill.errors import UserError
+from tokenmill.folders import LOCK_NAME, take_lock  # noqa: F401  (LOCK_NAME: OUT's lock, read here by tests)
 from tokenmill.pipelines import commit
 
 # What a run owns under OUT, the manifest first. Only these are replaced: a user's own files
@@ -43,7 +41,6 @@ OWNED = ("manifest.json", "inputs.jsonl", "tokenizer.json", "report/report.json"
          "shards/train-*.arrow", "shards/val-*.arrow", "export/*/*")
 STAGE_PREFIX = ".tokenmill-stage-"
 OLD_PREFIX = ".tokenmill-old-"
-LOCK_NAME = ".tokenmill.lock"
 COMPLETE = ".complete"  # in a stage folder: the run succeeded and its publish began
 # The folders the owned files live in ("export/*" is each format's folder), parents first.
 OWNED_FOLDERS = tuple(dict.fromkeys("/".join(p.split("/")[:i]) for p in OWNED for i in range(1, p.count("/") + 1)))
@@ -63,28 +60,13 @@ def locked(out: str) -> Iterator[None]:
     if not _local(out):  # another filesystem (hdfs://): no lock
         yield
         return
-    lock = os.path.join(out, LOCK_NAME)
     try:
         os.makedirs(out, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UserError(f"output: {lock} is a symbolic link; tokenmill does not write through links "
-                            "in OUT (remove it)") from None
         raise UserError(f"output: cannot write {out} ({e.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UserError(f"output: {lock} is not a regular file (remove it)")
+    fd = take_lock(out, "prepare", "output:", "--output")
     try:
         check_no_links(out)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-            raise UserError(f"output: {out} is in use by another tokenmill prepare (pid {holder}); "
-                            "wait for it or choose another --output") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock

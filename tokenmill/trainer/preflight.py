@@ -47,14 +47,19 @@ def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
     return manifests
 
 
+_HELD: list[int] = []  # the lock on RUN, held until this process ends
+
+
 def prepare_run_dir(run: str, d: Dist) -> None:
-    """RUN must be a folder every rank can write to: found now, not at the first checkpoint."""
-    from tokenmill.folders import output_folder
+    """RUN must be a folder every rank can write to: found now, not at the first checkpoint;
+    and no other `tokenmill train` may be writing into it (rank 0 holds RUN's lock)."""
+    from tokenmill.folders import output_folder, take_lock
 
     error = None
     try:
         if d.main:
             output_folder(run, "--run-dir")
+            _HELD.append(take_lock(run, "train", "--run-dir", "--run-dir (or let it finish to resume)"))
     except UserError as e:
         error = str(e)
     raise_if_any(error, d)
