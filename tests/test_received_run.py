@@ -108,3 +108,38 @@ def test_sigterm_to_the_process_group_saves_and_stops(trained, tmp_path):
                                          *(a for s in sets for a in ("--set", s))], run)
     assert rc == 143 and "Traceback" not in err, err[-3000:]  # 128 + SIGTERM, as when the trainer alone gets it
     assert "stopped by SIGTERM" in err and list(run.glob("checkpoints/step-*/COMPLETE")), err[-3000:]
+
+
+@pytest.mark.parametrize("file, key, value, needle", [
+    ("model.json", "vocab_size", 10**11, "vocab_size is 100000000000, not a whole number"),
+    ("model.json", "d_model", "128", "d_model is '128'"),
+    ("model.json", "n_heads", 3, "do not divide d_model"),
+    ("hf/config.json", "hidden_size", 2**40, "hidden_size is 1099511627776"),
+    ("hf/config.json", "num_hidden_layers", 1.5, "num_hidden_layers is 1.5"),
+])
+def test_a_shape_read_back_is_checked_before_anything_is_allocated(trained, tmp_path, capsys, file, key, value,
+                                                                   needle):
+    """A received run whose model.json or HF config.json asks for an absurd or inconsistent shape:
+    `generate` says so in one line naming the file and the field (a 10^11 vocabulary was a
+    traceback from the allocator)."""
+    import json
+
+    _, run = trained
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    if file.startswith("hf/"):  # an export that claims the newest step, so generate takes it
+        (copy / "hf").mkdir()
+        (copy / "hf" / "model.safetensors").write_bytes(b"")
+        shape = json.loads((copy / "model.json").read_text())
+        config = {"vocab_size": shape["vocab_size"], "num_hidden_layers": shape["n_layers"],
+                  "hidden_size": shape["d_model"], "num_attention_heads": shape["n_heads"],
+                  "num_key_value_heads": shape["n_kv_heads"], "intermediate_size": shape["ffn_hidden"],
+                  "max_position_embeddings": shape["max_seq_len"], "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                  "tokenmill_step": 10**6}
+        (copy / "hf" / "config.json").write_text(json.dumps(config))
+    raw = json.loads((copy / file).read_text())
+    raw[key] = value
+    (copy / file).write_text(json.dumps(raw))
+    assert main(["generate", str(copy), "--prompt", "w5", "--max-tokens", "2"]) == 2
+    line = _one_line(capsys)
+    assert str(copy / file) in line and needle in line, line

@@ -17,7 +17,15 @@ import torch
 
 from tokenmill.errors import UserError
 from tokenmill.trainer import checkpoint as ckpt
-from tokenmill.trainer.model import ModelArgs, Transformer
+from tokenmill.trainer.model import Transformer, checked_args
+
+
+def _json(path: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not readable JSON ({e.__class__.__name__})") from None
 
 
 def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
@@ -37,10 +45,9 @@ def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
             candidates.append((int(ckpt.read_state(final).get("step", 0)), 1, "checkpoint", final))
     hf_config = {}
     if os.path.exists(os.path.join(hf, "model.safetensors")):
-        with open(os.path.join(hf, "config.json"), encoding="utf-8") as fh:
-            hf_config = json.load(fh)
-        step = hf_config.get("tokenmill_step")
-        candidates.append((-1 if step is None else int(step), 0, "hf", hf))
+        hf_config = _json(os.path.join(hf, "config.json"))
+        step = hf_config.get("tokenmill_step") if isinstance(hf_config, dict) else None
+        candidates.append((step if type(step) is int and step >= 0 else -1, 0, "hf", hf))
     if not candidates:
         raise UserError(f"{run}: no complete checkpoint and no hf/ export to generate from (is it a `tokenmill train` "
                         f"--run-dir?)")
@@ -49,8 +56,7 @@ def load_run(run: str) -> tuple[Transformer, str, int | None, str]:
         from tokenmill.trainer.hf_export import load_exported
 
         return load_exported(hf), os.path.join(hf, "tokenizer.json"), hf_config.get("eos_token_id"), hf
-    with open(shape, encoding="utf-8") as fh:
-        model = Transformer(ModelArgs(**json.load(fh)))
+    model = Transformer(checked_args(_json(shape), shape))
     sd = {"model": model.state_dict()}
     with warnings.catch_warnings():  # "torch.distributed is disabled": one process is the point
         warnings.simplefilter("ignore", UserWarning)

@@ -14,7 +14,7 @@ import shutil
 
 import torch
 
-from tokenmill.trainer.model import ModelArgs, Transformer
+from tokenmill.trainer.model import ModelArgs, Transformer, checked_args
 
 
 def hf_config(a: ModelArgs, tok: dict, dtype: str) -> dict:
@@ -100,12 +100,26 @@ def load_exported(hf_dir: str) -> Transformer:
     """tokenmill's own model from RUN/hf (for checks and inference without transformers)."""
     from safetensors.torch import load_file
 
-    with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as fh:
-        c = json.load(fh)
-    a = ModelArgs(vocab_size=c["vocab_size"], n_layers=c["num_hidden_layers"], d_model=c["hidden_size"],
-                  n_heads=c["num_attention_heads"], n_kv_heads=c["num_key_value_heads"],
-                  ffn_hidden=c["intermediate_size"], max_seq_len=c["max_position_embeddings"],
-                  rope_theta=c["rope_theta"], norm_eps=c["rms_norm_eps"])
+    from tokenmill.errors import UserError
+
+    path = os.path.join(hf_dir, "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            c = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not readable JSON ({e.__class__.__name__})") from None
+    if not isinstance(c, dict):
+        raise UserError(f"{path}: not a JSON object")
+    names = {"vocab_size": "vocab_size", "n_layers": "num_hidden_layers", "d_model": "hidden_size",
+             "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size",
+             "max_seq_len": "max_position_embeddings", "rope_theta": "rope_theta", "norm_eps": "rms_norm_eps"}
+    try:
+        a = checked_args({ours: c.get(hf) for ours, hf in names.items()}, path)
+    except UserError as e:  # name the config's own key, not ours
+        line = str(e)
+        for ours, hf in names.items():
+            line = line.replace(f"{path}: {ours} is", f"{path}: {hf} is")
+        raise UserError(line) from None
     model = Transformer(a)
     model.load_state_dict(from_hf_names(load_file(os.path.join(hf_dir, "model.safetensors"))))
     return model.float().eval()

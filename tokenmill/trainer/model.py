@@ -37,6 +37,41 @@ class ModelArgs:
         return self.d_model // self.n_heads
 
 
+# What a model.json or an HF config.json read back may ask for: tokenmill's own bounds (a
+# received run's file that asked for a 10^11 vocabulary was a traceback from the allocator).
+SHAPE_BOUNDS = {"vocab_size": (1, 1 << 24), "n_layers": (1, 1024), "d_model": (8, 1 << 16), "n_heads": (1, 1024),
+                "n_kv_heads": (1, 1024), "ffn_hidden": (1, 1 << 20), "max_seq_len": (2, 1 << 20)}
+
+
+def checked_args(raw, where: str) -> ModelArgs:
+    """ModelArgs from a shape read back (``raw``: a dict of ModelArgs' fields), each a whole number
+    within SHAPE_BOUNDS, heads that divide the width, and weights that fit this machine's memory
+    in fp32; one UserError line naming ``where`` and the field otherwise."""
+    from tokenmill.errors import UserError
+    from tokenmill.trainer.metrics import available_memory
+
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: not a JSON object")
+    for key, (lo, hi) in SHAPE_BOUNDS.items():
+        v = raw.get(key)
+        if type(v) is not int or not lo <= v <= hi:
+            raise UserError(f"{where}: {key} is {v!r}, not a whole number from {lo} to {hi}")
+    for key in ("rope_theta", "norm_eps"):
+        v = raw.get(key, getattr(ModelArgs, key))
+        if type(v) not in (int, float) or not math.isfinite(v) or v <= 0:
+            raise UserError(f"{where}: {key} is {v!r}, not a positive finite number")
+    a = ModelArgs(**{k: raw[k] for k in SHAPE_BOUNDS}, rope_theta=float(raw.get("rope_theta", 10_000.0)),
+                  norm_eps=float(raw.get("norm_eps", 1e-5)))
+    if a.d_model % a.n_heads or a.head_dim % 2 or a.n_heads % a.n_kv_heads:
+        raise UserError(f"{where}: {a.n_heads} heads ({a.n_kv_heads} KV) do not divide d_model {a.d_model} into "
+                        "an even head size")
+    need, have = 4 * count_params(a)[0], available_memory()
+    if have is not None and need > have:
+        raise UserError(f"{where}: this shape has {count_params(a)[0]:,} parameters, {need / 2**30:.1f} GiB in fp32, "
+                        f"more than this machine has free ({have / 2**30:.1f} GiB)")
+    return a
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
