@@ -126,3 +126,28 @@ def test_mds_without_mosaicml_streaming_is_one_line(out, tmp_path, capsys, monke
     assert main(["export", str(out), "--format", "mds", "--output", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install mosaicml-streaming" in err[0]
+
+
+def test_two_exports_into_one_folder(out, tmp_path, capsys):
+    """While another export holds the target (its lock, taken in a child process that then
+    waits), `export` into it is refused in one line naming that process; nothing is written.
+    Once it is gone, the export goes through (the lock file is no foreign file)."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "nano"
+    target.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from tokenmill.folders import take_lock; "
+                               f"take_lock({str(target)!r}, 'export', 'export: --output', '--output'); "
+                               "print('held', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["export", str(out), "--format", "nanogpt", "--output", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"is in use by another tokenmill export (pid {holder.pid})" in err, err
+        assert sorted(p.name for p in target.iterdir()) == [".tokenmill.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["export", str(out), "--format", "nanogpt", "--output", str(target)]) == 0
+    assert (target / "train.bin").stat().st_size > 0

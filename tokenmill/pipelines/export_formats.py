@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from tokenmill.beamfs import FileSystems
 from tokenmill.errors import UserError
+from tokenmill.folders import LOCK_NAME, take_lock
 from tokenmill.format import check_vocab, load_manifest, open_shard, tokenizer_path, verify_output
 from tokenmill.pipelines.output import check_separate, new_stage
 
@@ -223,7 +224,7 @@ def _written_before(target: str) -> list[str]:
         return []
     if os.path.islink(target) or not os.path.isdir(target):
         raise UserError(f"export: --output {target} is not a folder")
-    if not os.listdir(target):
+    if not [n for n in os.listdir(target) if n != LOCK_NAME]:
         return []
     listed = os.path.join(target, WRITTEN)
     try:
@@ -260,6 +261,11 @@ def export_to(out: str, fmt: str, target: str) -> int:
     if "://" in target:  # an object store: no links, and nothing is replaced but what is written
         return export(out, fmt, target)
     before = _written_before(target)
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"export: --output {target}: cannot create the folder ({e.strerror})") from None
+    lock = take_lock(target, "export", "export: --output", "--output")  # a second export into it: one line
     stage = new_stage(target)  # as prepare's: a fresh folder of its own under the target
     try:
         written = export(out, fmt, stage)
@@ -285,4 +291,5 @@ def export_to(out: str, fmt: str, target: str) -> int:
         os.replace(os.path.join(stage, WRITTEN), os.path.join(target, WRITTEN))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        os.close(lock)
     return written
