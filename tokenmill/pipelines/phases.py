@@ -291,7 +291,8 @@ class BucketFinisher:
             for doc, ids in zip(batch, ids_list):
                 if ids is not None:
                     self._shards.add(doc, ids)
-        out = [self._docs.write(KEPT, doc) for doc in batch]
+        # a document the tokenizer failed on is dropped (Encoder.encode marked it)
+        out = [self._docs.write(FILTERED if docmod.is_dropped(doc) else KEPT, doc) for doc in batch]
         batch.clear()
         self._give_back()
         return out

@@ -9,6 +9,7 @@ whether it was trained on a bounded sample of the cleaned documents or loaded fr
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from tokenmill import native
 from tokenmill.errors import UserError
+from tokenmill.transforms.doc import drop
 from tokenmill.transforms.stage_base import CombineOnce, Stage, Stash, count
 
 EOS, BOS, PAD, UNK = "<|endoftext|>", "<|bos|>", "<|pad|>", "<unk>"
@@ -159,17 +161,42 @@ class Encoder:
         self._tok, self._eos = tok, self.info["eos_id"]
         self._unk = next((tok.token_to_id(t) for t in (UNK, "[UNK]", "<unk>") if tok.token_to_id(t) is not None), None)
 
-    def encode(self, docs: list[dict]) -> list[np.ndarray]:
-        """Tokens of each document (EOS appended); sets ``n_tokens`` and ``n_unk`` on it."""
-        ids_list = encode_texts(self._tok, [d["text"] for d in docs], self._eos, self.dtype)
+    def encode(self, docs: list[dict]) -> list[np.ndarray | None]:
+        """Tokens of each document (EOS appended); sets ``n_tokens`` and ``n_unk`` on it. A
+        document the tokenizer fails on (a panic in Rust: a pre-tokenizer regex past the regex
+        engine's retry limit, say) gets None and is dropped as ``tokenize:tokenizer_error``, one
+        log line each; the batch's other documents are encoded as ever."""
+        try:
+            ids_list = encode_texts(self._tok, [d["text"] for d in docs], self._eos, self.dtype)
+        except Exception:  # noqa: BLE001 - a per-document error: find which, one at a time
+            ids_list = [self._one(d) for d in docs]
+        except BaseException as e:  # pyo3's PanicException is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)):
+                raise
+            ids_list = [self._one(d) for d in docs]
         for d, ids in zip(docs, ids_list):
+            if ids is None:
+                continue
             d["n_tokens"] = len(ids)
             # Tokens the vocabulary could not cover (always 0 for byte-level BPE).
             d["n_unk"] = int((ids == self._unk).sum()) if self._unk is not None else 0
+        done = [ids for ids in ids_list if ids is not None]
         count("tokenize.in", len(docs))
-        count("tokenize.out", len(docs))
-        count("tokenize.tokens", sum(len(i) for i in ids_list))
+        count("tokenize.out", len(done))
+        count("tokenize.tokens", sum(len(i) for i in done))
         return ids_list
+
+    def _one(self, doc: dict) -> np.ndarray | None:
+        try:
+            return encode_texts(self._tok, [doc["text"]], self._eos, self.dtype)[0]
+        except BaseException as e:  # noqa: BLE001 - see encode
+            if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)):
+                raise
+            drop(doc, "tokenize", "tokenizer_error")
+            count("dropped.tokenize:tokenizer_error")
+            logging.getLogger("tokenmill").warning("tokenize: the tokenizer failed on %s (%s: %s); dropped",
+                                                   doc.get("id"), type(e).__name__, str(e).splitlines()[0][:200])
+            return None
 
 
 # ---------------------------------------------------------------- Beam wrapper
