@@ -456,3 +456,33 @@ def test_a_tokenizer_that_fails_on_one_document_drops_only_that_one(tmp_path):
     assert not docs["good-1"]["dropped_by"] and docs["good-1"]["n_tokens"] > 10 and not docs["good-2"]["dropped_by"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert sum(info["docs"] for info in manifest["splits"].values()) == 2
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_is_one_line_and_keeps_the_previous_output(previous, data, fast):
+    """SIGKILL to one multi_processing worker mid-run, as the kernel's OOM killer sends it: the run
+    ends in one line saying a worker died and what to do (it was ~100 lines of Beam's thread
+    tracebacks, then "Channel closed prematurely"), and the previous output is untouched."""
+    from netwatch import _tree
+
+    _, _, big = data
+    before = snapshot(previous)
+    run = start_prepare(previous, [big], *fast, *MULTI)
+    with reaped(run):
+        wait_for(lambda: stage_started(previous), proc=run)
+
+        def a_worker():
+            found = [p for p in _tree(run.pid) - {run.pid}
+                     if b"tokenmill.pipelines.worker" in open(f"/proc/{p}/cmdline", "rb").read()
+                     or b"sdk_worker_main" in open(f"/proc/{p}/cmdline", "rb").read()]
+            return max(found) if found else None
+
+        victim = wait_for(a_worker, proc=run)
+        time.sleep(1.0)  # bundles running
+        assert run.poll() is None
+        os.kill(victim, signal.SIGKILL)
+        out, err = run.communicate(timeout=120)
+    assert run.returncode == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "a worker process died" in lines[0] and "Traceback" not in err, err
+    assert leftovers(previous) == [] and snapshot(previous) == before

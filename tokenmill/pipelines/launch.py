@@ -184,6 +184,13 @@ def _is_teardown(exc: BaseException) -> bool:
     return (callable(code) and getattr(code(), "name", "") == "CANCELLED") or "Channel closed prematurely" in str(exc)
 
 
+def _lost_worker(exc: BaseException) -> bool:
+    """What Beam's threads raise when a multi_processing worker process dies under them (killed by
+    the kernel's OOM killer, say): the launcher's gRPC streams to it break, and the thread that
+    watched it reports its exit."""
+    return _is_fallout(exc) or "Worker subprocess exited" in str(exc)
+
+
 def _is_fallout(exc: BaseException) -> bool:
     # Once the job has ended, a gRPC stream that breaks (a runner that went away, as a crashed
     # Prism does) is the end already reported, not news.
@@ -241,6 +248,11 @@ def failure(e: BaseException, out: str, log: str | None = None) -> UserError:
     if any(isinstance(c, OSError) and c.errno == errno.ENOSPC for c in _chain(e)) or "No space left on device" in text:
         return UserError(f"disk full while writing {out}; the previous output is untouched")
     step = re.findall(r"\[while running '([^']+)'\]", text)
+    if "Channel closed prematurely" in text or "Worker subprocess exited" in text:
+        where = f" while running {step[-1].split('/')[0]!r}" if step else ""
+        return UserError(f"a worker process died{where} (killed: if memory ran out, the kernel's OOM killer "
+                         "ended it, as `dmesg` shows); lower --direct_num_workers or give the run more memory; "
+                         f"the previous output in {out} is untouched")
     # gRPC's errors end in a line of their own repr (">"); what they say is in `details = "..."`
     details = re.findall(r'details = "([^"]*)"', text)
     lines = [ln.strip() for ln in text.splitlines()
@@ -350,6 +362,8 @@ def interruptible():
     waiting: list[threading.Event] = []  # the thread failures that wait for a signal
 
     def hook(args):
+        if _lost_worker(args.exc_value):  # its threads' end of a worker that died: the run's line says it
+            return
         done = threading.Event()
         waiting.append(done)
         give_up = time.monotonic() + THREAD_FAILURE_GRACE_S
