@@ -355,8 +355,8 @@ def test_a_thread_that_fails_just_before_the_interrupt_is_not_printed_but_others
 import os, signal, sys, threading, time
 from tokenmill.pipelines import launch
 launch.THREAD_FAILURE_GRACE_S = 1.0
-def fail():
-    raise RuntimeError("Worker subprocess exited with return code -15")
+def fail():  # (a lost worker's "Worker subprocess exited" is never printed: the run's line says it)
+    raise RuntimeError("a thread watching a worker failed: return code -15")
 try:
     with launch.interruptible():
         threading.Thread(target=fail, name="run_worker", daemon=True).start()

@@ -362,7 +362,7 @@ def interruptible():
     waiting: list[threading.Event] = []  # the thread failures that wait for a signal
 
     def hook(args):
-        if _lost_worker(args.exc_value):  # its threads' end of a worker that died: the run's line says it
+        if _lost_worker(args.exc_value):  # a worker died under Beam's threads: the run fails and its line says so
             return
         done = threading.Event()
         waiting.append(done)
@@ -387,7 +387,7 @@ def interruptible():
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
         if not signalled.is_set():  # Beam's threads may still be failing after the run has unwound
-            threading.excepthook = old_hook
+            threading.excepthook = lambda args: None if _lost_worker(args.exc_value) else old_hook(args)
             for done in list(waiting):  # a failure that waited is printed before the run's own line
                 done.wait(1.0)
 

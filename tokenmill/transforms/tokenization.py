@@ -163,15 +163,14 @@ class Encoder:
 
     def encode(self, docs: list[dict]) -> list[np.ndarray | None]:
         """Tokens of each document (EOS appended); sets ``n_tokens`` and ``n_unk`` on it. A
-        document the tokenizer fails on (a panic in Rust: a pre-tokenizer regex past the regex
-        engine's retry limit, say) gets None and is dropped as ``tokenize:tokenizer_error``, one
-        log line each; the batch's other documents are encoded as ever."""
+        document the tokenizer panics on (Rust: a pre-tokenizer regex past the regex engine's
+        retry limit, say) gets None and is dropped as ``tokenize:tokenizer_error``, one log line
+        each; the batch's other documents are encoded as ever. An ordinary error (a WordLevel
+        model without an unknown token) is the tokenizer's, not the document's: the job fails."""
         try:
             ids_list = encode_texts(self._tok, [d["text"] for d in docs], self._eos, self.dtype)
-        except Exception:  # noqa: BLE001 - a per-document error: find which, one at a time
-            ids_list = [self._one(d) for d in docs]
-        except BaseException as e:  # pyo3's PanicException is a BaseException
-            if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)):
+        except BaseException as e:  # noqa: BLE001 - pyo3's PanicException is a BaseException
+            if not _panic(e):
                 raise
             ids_list = [self._one(d) for d in docs]
         for d, ids in zip(docs, ids_list):
@@ -190,13 +189,18 @@ class Encoder:
         try:
             return encode_texts(self._tok, [doc["text"]], self._eos, self.dtype)[0]
         except BaseException as e:  # noqa: BLE001 - see encode
-            if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError)):
+            if not _panic(e):
                 raise
             drop(doc, "tokenize", "tokenizer_error")
             count("dropped.tokenize:tokenizer_error")
-            logging.getLogger("tokenmill").warning("tokenize: the tokenizer failed on %s (%s: %s); dropped",
-                                                   doc.get("id"), type(e).__name__, str(e).splitlines()[0][:200])
+            logging.getLogger("tokenmill").warning("tokenize: the tokenizer panicked on %s (%s); dropped",
+                                                   doc.get("id"), str(e).splitlines()[0][:200])
             return None
+
+
+def _panic(e: BaseException) -> bool:
+    """A panic inside Rust code (pyo3 raises it as ``pyo3_runtime.PanicException``)."""
+    return type(e).__name__ == "PanicException"
 
 
 # ---------------------------------------------------------------- Beam wrapper
