@@ -47,7 +47,12 @@ def open_data(cfg: TrainJobConfig, d: Dist) -> list[dict]:
     return manifests
 
 
-_HELD: list[int] = []  # the lock on RUN, held until this process ends
+_HELD: list[int] = []  # the lock on RUN, held until the run ends (release_run_dir) or this process does
+
+
+def release_run_dir() -> None:
+    while _HELD:
+        os.close(_HELD.pop())
 
 
 def prepare_run_dir(run: str, d: Dist) -> None:

@@ -73,6 +73,7 @@ from tokenmill.trainer.preflight import (
     check_same_tokenizer,
     open_data,
     prepare_run_dir,
+    release_run_dir,
 )
 from tokenmill.trainer.spikes import FILE as SPIKES
 from tokenmill.trainer.spikes import SpikeLog
@@ -124,6 +125,7 @@ def run(cfg: TrainJobConfig, run_dir: str) -> int:
         raise UserError(f"lost contact with the other ranks ({first}): another rank failed "
                         f"(see its error) or hung past parallel.train_timeout_s") from None
     finally:
+        release_run_dir()
         close_distributed()
 
 
