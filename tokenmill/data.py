@@ -128,4 +128,9 @@ def _leave_sigterm_to_the_trainer(_worker_id: int) -> None:
     DataLoader's traceback and no checkpoint."""
     import signal
 
+    from tokenmill.trainer.preflight import release_run_dir
+
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A forked worker shares the trainer's lock on RUN (an flock lives while any process holds
+    # its file open): a trainer killed outright would leave its RUN locked until the workers noticed.
+    release_run_dir()
