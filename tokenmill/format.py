@@ -372,8 +372,9 @@ def published(out: str, *parts: str) -> str:
 
 
 def local_view(out: str, files: bool = False) -> str:
-    """OUT as a local folder with a local OUT's layout, for what needs local files (the trainer
-    memory-maps its shards; compare, spikes and tokenizer training read its docs): OUT itself when
+    """OUT as a local folder with a local OUT's layout, for what needs local files (compare,
+    spikes and tokenizer training read its docs; the trainer fetches its shards itself, as it
+    reads them: trainer/token_stream.py): OUT itself when
     local; for an object store, the files its manifest lists (the shards and tokenizer; with
     ``files``, every other published file too, the docs and report among them), each fetched once
     into the local cache and checked against the manifest's sha256 before use (store_cache.cached),

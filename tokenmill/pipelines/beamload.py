@@ -65,6 +65,7 @@ def import_lean(name: str) -> types.ModuleType:
     return module
 
 
+# The hosts that mean "every interface" in a gRPC address: rewritten to localhost below.
 WILDCARD = ("[::]", "0.0.0.0", "", "::", "[::0]", "*")
 
 

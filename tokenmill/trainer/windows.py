@@ -140,10 +140,7 @@ class PackedWindows:
     def locate(self, g: int) -> tuple[int, int, int]:
         """(source, epoch, first token of the window) of global sample ``g``: a pure function of
         (seed, g) and the order."""
-        lane, i = self.order.lane(g) if self.order.grouped else (0, g)
-        block, slot = divmod(i, MIX_BLOCK)
-        k = int(self._labels[slot])
-        j = block * int(self._counts[k]) + int(self._rank[slot])
+        lane, k, j = self._sample(g)
         if self.order.grouped:
             epoch, _, start = self.lanes[k][lane].locate(j)
             return k, epoch, start
@@ -160,15 +157,20 @@ class PackedWindows:
             self._plan(indices)
         return as_batch(out, self.eos_id, self.doc_mask)
 
+    def _sample(self, g: int) -> tuple[int, int, int]:
+        """(lane, source, index among that source's samples in the lane) of global sample ``g``."""
+        lane, i = self.order.lane(g) if self.order.grouped else (0, g)
+        block, slot = divmod(i, MIX_BLOCK)
+        k = int(self._labels[slot])
+        return lane, k, block * int(self._counts[k]) + int(self._rank[slot])
+
     def _plan(self, indices: list[int]) -> None:
         """After a grouped batch: unmap every shard outside its groups, fetch the next groups'."""
         keep: dict[int, set[int]] = {}
         ahead: dict[int, list[int]] = {}
         for g in indices:
-            lane, i = self.order.lane(g)
-            block, slot = divmod(i, MIX_BLOCK)
-            k = int(self._labels[slot])
-            now, nxt = self.lanes[k][lane].group_shards(block * int(self._counts[k]) + int(self._rank[slot]))
+            lane, k, j = self._sample(g)
+            now, nxt = self.lanes[k][lane].group_shards(j)
             keep.setdefault(k, set()).update(now)
             ahead.setdefault(k, []).extend(f for f in nxt if f not in ahead[k])
         for k, stream in enumerate(self.streams):
